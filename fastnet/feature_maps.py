@@ -1,0 +1,85 @@
+"""The feature maps φ of linear attention and the two normalisations.
+
+References are to "Linear Transformers Are Secretly Fast Weight Programmers"
+(Schlag, Irie, Schmidhuber 2021), main text, unless said otherwise.
+"""
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+FeatureMapName = Literal["elu", "dpfp", "favor", "softmax", "tanh", "identity"]
+FEATURE_MAPS = ("elu", "dpfp", "favor", "softmax", "tanh", "identity")
+
+
+def elu_plus_one(x: Tensor) -> Tensor:
+    """Katharopoulos et al.'s φ(x) = ELU(x) + 1 (Eq. 30)."""
+    return F.elu(x) + 1.0
+
+
+def dpfp(x: Tensor, nu: int = 1) -> Tensor:
+    """Deterministic parameter-free projection DPFP-ν (Eq. 37; appendix Listing 1).
+
+    x' = [relu(x), relu(-x)]; φ(x) = concat_{j=1..ν} x' ⊙ roll(x', j). Output size 2dν.
+    """
+    xp = torch.cat([F.relu(x), F.relu(-x)], dim=-1)
+    return torch.cat([xp * xp.roll(shifts=j, dims=-1) for j in range(1, nu + 1)], dim=-1)
+
+
+def favor_plus(x: Tensor, projection: Tensor) -> Tensor:
+    """FAVOR+ positive random features (Eqs. 31-32).
+
+    φ(x) = exp(-|x|²/2) / sqrt(2m) · [exp(Rx), exp(-Rx)] with R ∈ R^{m×d}.
+    """
+    m = projection.shape[0]
+    rx = x @ projection.t()
+    h = torch.exp(-0.5 * (x * x).sum(-1, keepdim=True)) / math.sqrt(2 * m)
+    return h * torch.cat([torch.exp(rx), torch.exp(-rx)], dim=-1)
+
+
+def sum_normalise(x: Tensor, eps: float = 1e-5) -> Tensor:
+    """Sum normalisation (Eq. 29): φ'(x) = φ(x) / Σ_j φ(x)_j (eps as in the official RL code)."""
+    return x / (x.sum(-1, keepdim=True) + eps)
+
+
+class FeatureMap(nn.Module):
+    """φ applied to per-head keys and queries [..., d] -> [..., d_dot].
+
+    FAVOR+ draws a fresh R ~ N(0, I) on every forward call in training mode (one draw
+    per training batch, §5.3) and keeps the last drawn R fixed in evaluation mode.
+    """
+
+    def __init__(self, name: FeatureMapName, head_dim: int, dpfp_nu: int = 1, favor_features: int = 32):
+        super().__init__()
+        if name not in FEATURE_MAPS:
+            raise ValueError(f"unknown feature map {name!r}; choose one of {list(FEATURE_MAPS)}")
+        if name == "dpfp" and not 1 <= dpfp_nu <= 2 * head_dim - 1:
+            raise ValueError(f"dpfp_nu must be in [1, {2 * head_dim - 1}] for head_dim {head_dim}, got {dpfp_nu}")
+        if name == "favor" and favor_features < 1:
+            raise ValueError(f"favor_features must be positive, got {favor_features}")
+        self.name, self.head_dim, self.nu = name, head_dim, dpfp_nu
+        self.output_dim = {"dpfp": 2 * head_dim * dpfp_nu, "favor": 2 * favor_features}.get(name, head_dim)
+        if name == "favor":
+            self.register_buffer("projection", torch.randn(favor_features, head_dim))
+
+    def redraw(self) -> None:
+        """Draw new FAVOR+ random features in place (a no-op for the other maps)."""
+        if self.name == "favor":
+            self.projection.normal_()
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.name == "elu":
+            return elu_plus_one(x)
+        if self.name == "dpfp":
+            return dpfp(x, self.nu)
+        if self.name == "favor":
+            return favor_plus(x, self.projection)
+        if self.name == "softmax":
+            return torch.softmax(x, dim=-1)
+        if self.name == "tanh":
+            return torch.tanh(x)
+        return x
