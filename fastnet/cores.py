@@ -1,0 +1,185 @@
+"""The memory cores behind ``make_core`` (MODELS.md, "The cores" and "Blocks").
+
+The fast-weight cores share one block stack (as in the official RL code): the core input is
+projected by Linear(d_in -> hidden); then each layer is a pre-LayerNorm fast-weight sublayer
+with a residual connection, followed by a pre-LayerNorm feed-forward sublayer
+(Linear(hidden -> ff), ReLU, Linear(ff -> hidden)) with a residual connection.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from fastnet.feature_maps import FeatureMapName
+from fastnet.layers import DeltaLSTMLayer, DeltaRNNLayer, FastWeightLayer, RecurrentDeltaLayer
+from fastnet.rules import RuleName
+from fastnet.state import State, reset_state, zeros_state
+
+
+class FeedForwardCore(nn.Module):
+    """``ff``: no memory; the identity on the stem's features."""
+
+    @dataclass
+    class Config:
+        pass
+
+    def __init__(self, input_size: int, config: Config):
+        super().__init__()
+        self.output_size = input_size
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
+        return ()
+
+    def forward(self, x: Tensor, state: State, done: Tensor) -> tuple[Tensor, State, dict]:
+        return x, state, {}
+
+
+class LSTMCore(nn.Module):
+    """``lstm``: an LSTM (one layer of 256 units by default, as on Atari).
+
+    State: (h, c), each [B, num_layers, hidden]. The sequence is cut where any batch element
+    resets, and each span runs as one ``nn.LSTM`` call.
+    """
+
+    @dataclass
+    class Config:
+        hidden_size: int = 256
+        num_layers: int = 1
+
+    def __init__(self, input_size: int, config: Config):
+        super().__init__()
+        self.config, self.output_size = config, config.hidden_size
+        self.lstm = nn.LSTM(input_size, config.hidden_size, config.num_layers)
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
+        shape = (self.config.num_layers, self.config.hidden_size)
+        return zeros_state([shape, shape], batch_size, device)
+
+    def forward(self, x: Tensor, state: State, done: Tensor) -> tuple[Tensor, State, dict]:
+        cuts = [0] + [t for t in range(1, x.shape[0]) if done[t].any()] + [x.shape[0]]
+        outputs = []
+        for start, end in zip(cuts[:-1], cuts[1:]):
+            h, c = reset_state(state, done[start])
+            y, (h, c) = self.lstm(x[start:end], (h.transpose(0, 1).contiguous(), c.transpose(0, 1).contiguous()))
+            state = (h.transpose(0, 1), c.transpose(0, 1))
+            outputs.append(y)
+        return torch.cat(outputs), state, {}
+
+
+@dataclass
+class BlockConfig:
+    """Sizes of the block stack (MODELS.md defaults: 2 layers, 4 heads × 32, FF 512)."""
+
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    head_dim: int = 32
+    ff_size: int = 512
+
+
+class BlockStack(nn.Module):
+    """Input projection, then ``num_layers`` × [pre-LN fast-weight sublayer; pre-LN FF], residual.
+
+    Subclasses set ``make_layer()``. The state is the concatenation of every layer's state.
+    """
+
+    def __init__(self, input_size: int, config: BlockConfig):
+        super().__init__()
+        sizes = {k: getattr(config, k) for k in ("hidden_size", "num_layers", "num_heads", "head_dim", "ff_size")}
+        if min(sizes.values()) <= 0:
+            raise ValueError(f"sizes must be positive, got {sizes}")
+        self.config, self.output_size = config, config.hidden_size
+        self.input_proj = nn.Linear(input_size, config.hidden_size)
+        self.layers = nn.ModuleList(self.make_layer() for _ in range(config.num_layers))
+        self.norms = nn.ModuleList(nn.LayerNorm(config.hidden_size) for _ in range(2 * config.num_layers))
+        self.ffs = nn.ModuleList(
+            nn.Sequential(nn.Linear(config.hidden_size, config.ff_size), nn.ReLU(),
+                          nn.Linear(config.ff_size, config.hidden_size))
+            for _ in range(config.num_layers)
+        )
+        self._state_shapes = [layer.state_shapes() for layer in self.layers]
+
+    def make_layer(self) -> nn.Module:
+        raise NotImplementedError
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
+        return zeros_state([s for shapes in self._state_shapes for s in shapes], batch_size, device)
+
+    def forward(self, x: Tensor, state: State, done: Tensor) -> tuple[Tensor, State, dict]:
+        h, new_state, i = self.input_proj(x), [], 0
+        for layer, norm_fw, norm_ff, ff, shapes in zip(
+            self.layers, self.norms[0::2], self.norms[1::2], self.ffs, self._state_shapes
+        ):
+            y, layer_state = layer(norm_fw(h), state[i:i + len(shapes)], done)
+            h = h + y
+            h = h + ff(norm_ff(h))
+            new_state.extend(layer_state)
+            i += len(shapes)
+        return h, tuple(new_state), {}
+
+
+@dataclass
+class FastWeightConfig(BlockConfig):
+    """Options of ``linear`` and ``delta``: sizes, φ, normalisation and update rule.
+
+    ``feature_map``: elu, dpfp (``dpfp_nu``), favor (``favor_features`` = m), softmax, tanh,
+    identity. ``normalisation``: sum (Eq. 29), attention (Eqs. 26-28) or none.
+    """
+
+    feature_map: FeatureMapName = "elu"
+    normalisation: Literal["sum", "attention", "none"] = "sum"
+    update_rule: RuleName = "delta"
+    dpfp_nu: int = 1
+    favor_features: int = 32
+
+
+class DeltaNetCore(BlockStack):
+    """``delta``: Delta Net (Eqs. 20-25), φ = elu+1 with sum normalisation by default."""
+
+    Config = FastWeightConfig
+
+    def make_layer(self) -> nn.Module:
+        c = self.config
+        return FastWeightLayer(c.hidden_size, c.num_heads, c.head_dim, c.update_rule, c.feature_map,
+                               c.normalisation, c.dpfp_nu, c.favor_features)
+
+
+@dataclass
+class LinearTransformerConfig(FastWeightConfig):
+    update_rule: RuleName = "sum"
+
+
+class LinearTransformerCore(DeltaNetCore):
+    """``linear``: Linear Transformer (Eq. 17): the sum rule, φ = elu+1, sum normalisation."""
+
+    Config = LinearTransformerConfig
+
+
+class RecurrentDeltaNetCore(BlockStack):
+    """``rec_delta``: Recurrent Delta Net (softmax φ, slow recurrent matrices R_*)."""
+
+    Config = BlockConfig
+
+    def make_layer(self) -> nn.Module:
+        return RecurrentDeltaLayer(self.config.hidden_size, self.config.num_heads, self.config.head_dim)
+
+
+class DeltaRNNCore(BlockStack):
+    """``delta_rnn``: Delta RNN, Version B."""
+
+    Config = BlockConfig
+
+    def make_layer(self) -> nn.Module:
+        return DeltaRNNLayer(self.config.hidden_size, self.config.num_heads, self.config.head_dim)
+
+
+class DeltaLSTMCore(BlockStack):
+    """``delta_lstm``: Delta LSTM, Version D."""
+
+    Config = BlockConfig
+
+    def make_layer(self) -> nn.Module:
+        return DeltaLSTMLayer(self.config.hidden_size, self.config.num_heads, self.config.head_dim)
