@@ -1,19 +1,116 @@
-"""Benchmarks that print ratios measured side by side in one run.
+"""Benchmarks that print ratios measured side by side in one run (these machines are noisy).
 
-    python launch/bench.py cores     # forward+backward time and peak memory per core, as ratios to lstm
+    python launch/bench.py cores     # forward+backward time and memory per core, as ratios to lstm
 """
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+from fastnet import CORES, make_core  # noqa: E402
+
+
+def _saved_bytes(fn) -> int:
+    """Bytes autograd keeps for the backward pass of ``fn()`` (activation memory)."""
+    sizes = []
+
+    def pack(t):
+        sizes.append(t.numel() * t.element_size())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return sum(sizes), out
+
+
+def bench_cores(args: argparse.Namespace) -> None:
+    """Forward+backward time and memory of every core at the RL and the long shape.
+
+    Repetitions are interleaved over the cores (round robin), and each core's median is
+    divided by lstm's, so slow drifts of the machine hit every core alike. Memory is what
+    autograd saves for backward (on CUDA: peak allocated).
+    """
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda was asked for, but torch.cuda.is_available() is False")
+    torch.set_num_threads(args.threads)
+    names = [n for n in (args.cores or CORES) if not (n.startswith("mnm") and not _importable("fastnet.mnm"))]
+    if "lstm" not in names:
+        names.insert(0, "lstm")
+    for T, B in args.shapes:
+        cores, times, mem = {}, {n: [] for n in names}, {}
+        for name in names:
+            torch.manual_seed(0)
+            cores[name] = make_core(name, args.input_size).to(device)
+        x = torch.randn(T, B, args.input_size, device=device, requires_grad=True)
+        done = torch.zeros(T, B, dtype=torch.bool, device=device)
+
+        def step(name: str) -> None:
+            core = cores[name]
+            y, state, aux = core(x, core.initial_state(B, device), done)
+            (y.square().mean() + sum(aux.values(), torch.zeros((), device=device))).backward()
+
+        for name in names:  # warm-up and memory
+            core = cores[name]
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                step(name)
+                torch.cuda.synchronize()
+                mem[name] = torch.cuda.max_memory_allocated()
+            else:
+                saved, (y, _, aux) = _saved_bytes(lambda: core(x, core.initial_state(B, device), done))
+                mem[name] = saved
+                step(name)
+        for _ in range(args.reps):
+            for name in names:
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                step(name)
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                times[name].append(time.perf_counter() - start)
+        med = {n: statistics.median(times[n]) for n in names}
+        print(f"\ncores, forward+backward, T={T} B={B} input={args.input_size} device={device} "
+              f"threads={args.threads} reps={args.reps}")
+        print(f"{'core':<12}{'params':>10}{'ms':>10}{'time/lstm':>11}{'mem MB':>10}{'mem/lstm':>10}")
+        for n in names:
+            params = sum(p.numel() for p in cores[n].parameters())
+            print(f"{n:<12}{params:>10,}{1e3 * med[n]:>10.1f}{med[n] / med['lstm']:>11.2f}"
+                  f"{mem[n] / 2**20:>10.1f}{mem[n] / mem['lstm']:>10.2f}")
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def _shape(text: str) -> tuple[int, int]:
+    T, B = text.lower().split("x")
+    return int(T), int(B)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
+    cores = sub.add_parser("cores", help="forward+backward time and memory of every core, ratios to lstm")
+    cores.add_argument("--cores", nargs="*", choices=list(CORES), help="subset of cores (default: all)")
+    cores.add_argument("--shapes", nargs="*", type=_shape, default=[(50, 32), (1024, 8)],
+                       help="TxB shapes (default: 50x32, the RL learner shape, and 1024x8)")
+    cores.add_argument("--input_size", type=int, default=128)
+    cores.add_argument("--reps", type=int, default=5)
+    cores.add_argument("--threads", type=int, default=1, help="torch threads (1 keeps small ops stable)")
+    cores.add_argument("--device", default="cpu")
+    cores.set_defaults(run=bench_cores)
     args = parser.parse_args(argv)
     args.run(args)
 
