@@ -117,8 +117,9 @@ class ActorPool:
 
     def __init__(self, model: nn.Module, env_name: str, env_options: dict[str, Any], num_actors: int,
                  envs_per_actor: int, unroll_length: int, unrolls_per_batch: int,
-                 observation_shape: tuple[int, ...], observation_dtype: torch.dtype, seeds: list[int]):
-        ctx = mp.get_context("spawn")
+                 observation_shape: tuple[int, ...], observation_dtype: torch.dtype, seeds: list[int],
+                 start_method: str = "fork"):
+        ctx = mp.get_context(start_method)
         num_buffers = 2 * num_actors + unrolls_per_batch
         self.buffers = create_buffers(num_buffers, unroll_length, envs_per_actor, observation_shape,
                                       observation_dtype, model.num_actions, model.initial_state(envs_per_actor))

@@ -38,6 +38,7 @@ class ActorConfig:
     num_actors: int = 2
     envs_per_actor: int = 64
     unroll_length: int = 20  # T: the learner's backpropagation span
+    start_method: Literal["fork", "spawn", "forkserver"] = "fork"  # fork starts fastest (as monobeast)
 
 
 @dataclass
@@ -228,7 +229,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
     pool = ActorPool(actor_model, cfg.env.name, cfg.env.options, cfg.actor.num_actors, cfg.actor.envs_per_actor,
                      cfg.actor.unroll_length, cfg.learner.batch_size // cfg.actor.envs_per_actor,
-                     obs_shape, obs_dtype, seeds)
+                     obs_shape, obs_dtype, seeds, cfg.actor.start_method)
     model.train()
     last_ckpt = start = time.time()
     start_step, sps = counters["step"], 0.0
