@@ -8,7 +8,8 @@ the carried state, as the official code does. V-trace and the loss follow Espeho
 """
 from __future__ import annotations
 
-import dataclasses
+import collections
+import math
 import os
 import signal
 import time
@@ -181,10 +182,28 @@ class GracefulStop:
             signal.signal(s, handler)
 
 
+PROGRESS_KEYS = ("sps", "mean_return", "loss", "pg_loss", "baseline_loss", "entropy", "learner_wait")
+
+
+def learn(model: AgentNet, optimizer: torch.optim.Optimizer, scheduler: Any, batch: dict[str, Tensor],
+          cfg: TrainConfig, device: torch.device) -> dict[str, float]:
+    """One update on ``batch``: loss, backward, gradient-norm clipping, optimiser and lr steps."""
+    batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+    loss, terms = compute_loss(model, batch, cfg)
+    optimizer.zero_grad()
+    loss.backward()
+    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+    optimizer.step()
+    lr = scheduler.get_last_lr()[0]
+    scheduler.step()
+    return {"loss": loss.item(), **{k: v.item() for k, v in terms.items()}, "grad_norm": grad_norm.item(), "lr": lr}
+
+
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Train until ``total_steps`` environment steps, resuming from ``run_dir`` if it holds a checkpoint.
 
-    Returns the final counters and the mean recent return.
+    Returns the final counters, the mean recent return and the SPS from the first update to the end
+    (leaving out the start-up).
     """
     import envs
 
@@ -231,22 +250,18 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                      cfg.actor.unroll_length, cfg.learner.batch_size // cfg.actor.envs_per_actor,
                      obs_shape, obs_dtype, seeds, cfg.actor.start_method)
     model.train()
-    last_ckpt = start = time.time()
-    start_step, sps = counters["step"], 0.0
+    last_ckpt = time.time()
+    history: collections.deque[tuple[float, int, float]] = collections.deque(maxlen=20)  # (time, step, waited)
+    waited, first = 0.0, None
     try:
         with pool, GracefulStop() as stop:
-            while counters["step"] < cfg.total_steps:
+            while counters["step"] < cfg.total_steps and not stop.requested():
+                t0 = time.time()
                 batch = pool.get_batch(stop.requested)
                 if batch is None:
-                    print(f"stopping at step {counters['step']:,}", flush=True)
                     break
-                batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-                loss, terms = compute_loss(model, batch, cfg)
-                optimizer.zero_grad()
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
-                optimizer.step()
-                scheduler.step()
+                waited += time.time() - t0
+                metrics = learn(model, optimizer, scheduler, batch, cfg, device)
                 actor_model.load_state_dict(model.state_dict())
 
                 done = batch["done"][1:]
@@ -254,25 +269,28 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 counters["step"] += steps_per_update
                 counters["updates"] += 1
                 counters["episodes"] += int(done.sum())
-                sps = (counters["step"] - start_step) / (time.time() - start)
-                metrics = {"sps": sps, "mean_return": returns.mean(), "episodes": counters["episodes"],
-                           "loss": loss.item(), **{k: v.item() for k, v in terms.items()},
-                           "grad_norm": grad_norm.item(), "lr": scheduler.get_last_lr()[0]}
+                history.append((time.time(), counters["step"], waited))
+                first = first or history[0]
+                (t_a, step_a, wait_a), (t_b, step_b, wait_b) = history[0], history[-1]
+                metrics = {"sps": (step_b - step_a) / (t_b - t_a) if t_b > t_a else math.nan,
+                           "learner_wait": (wait_b - wait_a) / (t_b - t_a) if t_b > t_a else math.nan,
+                           "mean_return": returns.mean(), "episodes": counters["episodes"], **metrics}
                 logger.log(counters["step"], metrics)
-                logger.progress(counters["step"], {k: metrics[k] for k in
-                                                   ("sps", "mean_return", "loss", "pg_loss", "baseline_loss", "entropy")})
-                while milestones and counters["step"] >= milestones[0]:
-                    milestones.pop(0)
+                logger.progress(counters["step"], {k: metrics[k] for k in PROGRESS_KEYS})
+                if milestones and counters["step"] >= milestones[0]:
+                    while milestones and counters["step"] >= milestones[0]:
+                        milestones.pop(0)
                     checkpoint(milestone=True)
                     last_ckpt = time.time()
-                if time.time() - last_ckpt > 60 * cfg.checkpoint.interval_minutes:
+                elif time.time() - last_ckpt > 60 * cfg.checkpoint.interval_minutes:
                     checkpoint()
                     last_ckpt = time.time()
-                if stop.requested():
-                    print(f"stopping at step {counters['step']:,}", flush=True)
-                    break
+        if stop.requested():
+            print(f"stopping at step {counters['step']:,}", flush=True)
         checkpoint()
     finally:
         logger.close()
-    logger.progress(counters["step"], {"sps": sps, "mean_return": returns.mean()}, force=True)
-    return {**counters, "mean_return": returns.mean(), "sps": sps}
+    elapsed, steps = (history[-1][0] - first[0], history[-1][1] - first[1]) if first else (0.0, 0)
+    summary = {**counters, "mean_return": returns.mean(), "sps": steps / elapsed if elapsed else math.nan}
+    logger.progress(counters["step"], {k: summary[k] for k in ("sps", "mean_return", "episodes")}, force=True)
+    return summary
