@@ -55,7 +55,7 @@ def layout(size: int) -> np.ndarray:
     return walls
 
 
-def _check_size(size: int, episode_length: int) -> None:
+def _check_options(size: int, episode_length: int) -> None:
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 5 or size % 2 == 0:
         raise ValueError(f"size must be an odd int >= 5, got {size!r}")
     if isinstance(episode_length, bool) or not isinstance(episode_length, (int, np.integer)) or episode_length < 1:
@@ -106,7 +106,7 @@ def _write_obs(obs: np.ndarray, i: int, window: np.ndarray, cell: int, t: int, e
 @njit(cache=True)
 def _reset_kernel(agent, goal, t, ret, rng, window, free_cells, free_index, centre, episode_length):
     n = agent.shape[0]
-    obs = np.empty((n, 10), np.float32)
+    obs = np.empty((n, OBS_SIZE), np.float32)
     for i in range(n):
         agent[i] = centre
         goal[i] = _free_cell_except(rng, i, centre, free_cells, free_index)
@@ -123,7 +123,7 @@ def _step_kernel(actions, agent, goal, t, ret, rng, window, free_cells, free_ind
     for i in range(n):
         if actions[i] < 0 or actions[i] > 3:
             raise ValueError("actions must be in {0, 1, 2, 3}")
-    obs = np.empty((n, 10), np.float32)
+    obs = np.empty((n, OBS_SIZE), np.float32)
     reward = np.empty(n, np.float32)
     done = np.empty(n, np.bool_)
     ep_return = np.empty(n, np.float32)
@@ -133,9 +133,9 @@ def _step_kernel(actions, agent, goal, t, ret, rng, window, free_cells, free_ind
         a = actions[i]
         p = agent[i]
         if window[p, slots[a]] != 0:
-            r = -0.1
+            r = WALL_REWARD
         elif p + moves[a] == goal[i]:
-            r = 10.0
+            r = GOAL_REWARD
             agent[i] = _free_cell_except(rng, i, goal[i], free_cells, free_index)
         else:
             r = 0.0
@@ -181,7 +181,7 @@ class Maze:
     def __init__(self, num_envs: int, seed: int = 0, *, size: int = 9, episode_length: int = 250) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-        _check_size(size, episode_length)
+        _check_options(size, episode_length)
         self.num_envs, self.size, self.episode_length = int(num_envs), int(size), int(episode_length)
         self.walls = layout(self.size)
         padded = np.pad(self.walls, 1, constant_values=True)
@@ -309,7 +309,7 @@ class MazeEnv(gymnasium.Env):
         if not self._seeded:
             raise gymnasium.error.ResetNeeded("call reset() before step()")
         obs, reward, done, ep_return, ep_length = self._maze._step(
-            np.array([action], np.int64), False, self._maze._no_final_obs)
+            np.asarray([action]), False, self._maze._no_final_obs)
         info = {"episode_return": ep_return[0], "episode_length": ep_length[0]}
         return obs[0], float(reward[0]), bool(done[0]), False, info
 

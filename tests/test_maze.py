@@ -424,3 +424,7 @@ def test_bad_wrapper_arguments() -> None:
         MazeEnv(env_index=-1)
     with pytest.raises(ValueError, match="2 seeds for 3 envs"):
         MazeVectorEnv(3).reset(seed=[1, 2])
+    env = MazeEnv()
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="int array"):
+        env.step(1.5)
