@@ -119,7 +119,7 @@ def bench_maze(args: argparse.Namespace) -> None:
                 maze.step(a)
 
         slow = _best_rate(py_step, n, max(1, args.py_steps // n))
-        print(f"{n:>6} {fast:>14.3e} {slow:>15.3e} {fast / slow:>8.0f}")
+        print(f"{n:>6} {fast:>14.3e} {slow:>15.3e} {fast / slow:>8.1f}")
 
 
 def main(argv: list[str] | None = None) -> None:
