@@ -56,11 +56,13 @@ def create_buffers(num_buffers: int, unroll_length: int, num_envs: int, observat
 def actor_loop(index: int, env_name: str, env_options: dict[str, Any], num_envs: int, seed: int,
                model: nn.Module, buffers: dict[str, Tensor], free_queue: Any, full_queue: Any,
                error_queue: Any, stop: Any) -> None:
-    """Process body: fill free buffers with unrolls until ``stop`` is set or the parent dies.
+    """Process body: fill free buffers with unrolls until ``stop`` is set or the learner dies.
 
-    SIGINT is ignored: Ctrl-C reaches the learner, which stops the actors itself.
+    SIGINT is ignored: Ctrl-C reaches the learner, which stops the actors itself. If the learner
+    is killed outright, the actor notices its parent is gone within one unroll and exits.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    full_queue.cancel_join_thread()  # never block at exit on a learner that is gone
     parent = os.getppid()
     try:
         import envs

@@ -226,10 +226,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     run_dir = cfg.resolved_run_dir()
     os.makedirs(run_dir, exist_ok=True)
     counters = {"step": 0, "updates": 0, "episodes": 0}
+    returns = RecentMean(cfg.log.return_window)
     ckpt = latest_checkpoint(run_dir)
     if ckpt is not None:
         payload = load_checkpoint(ckpt, model, optimizer, scheduler, map_location=device)
         counters.update(payload["counters"])
+        returns.extend(payload["recent_returns"])
         print(f"resuming from {ckpt} at step {counters['step']:,}", flush=True)
     save_yaml(cfg, os.path.join(run_dir, "config.yaml"))
     actor_model.load_state_dict(model.state_dict())
@@ -237,14 +239,13 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
     seeds = [int(np.random.SeedSequence([cfg.seed, i, counters["step"]]).generate_state(1)[0])
              for i in range(cfg.actor.num_actors)]
-    returns = RecentMean(cfg.log.return_window)
     logger = Logger(run_dir, resume_step=counters["step"], tensorboard=cfg.log.tensorboard,
                     print_every_s=cfg.log.print_every_s)
     milestones = sorted(m for m in cfg.checkpoint.milestones if m > counters["step"])
 
     def checkpoint(milestone: bool = False) -> None:
         save_checkpoint(run_dir, model=model, optimizer=optimizer, scheduler=scheduler, counters=counters,
-                        config=to_dict(cfg), milestone=milestone)
+                        config=to_dict(cfg), milestone=milestone, recent_returns=list(returns.values))
 
     pool = ActorPool(actor_model, cfg.env.name, cfg.env.options, cfg.actor.num_actors, cfg.actor.envs_per_actor,
                      cfg.actor.unroll_length, cfg.learner.batch_size // cfg.actor.envs_per_actor,

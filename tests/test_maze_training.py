@@ -57,7 +57,8 @@ def test_every_core_trains_logs_checkpoints_and_resumes(core, tmp_path):
     run_dir = str(tmp_path / core)
     first = train(config(core, run_dir, "--total_steps", "960"))
     assert first["step"] == 960 and first["episodes"] > 0
-    assert load_checkpoint(latest_checkpoint(run_dir))["counters"]["step"] == 960
+    payload = load_checkpoint(latest_checkpoint(run_dir))
+    assert payload["counters"]["step"] == 960 and payload["recent_returns"]  # episodes last 20 steps here
     second = train(config(core, run_dir, "--total_steps", "1920"))
     assert second["step"] == 1920
     assert load_checkpoint(latest_checkpoint(run_dir))["counters"]["updates"] == 12
@@ -112,3 +113,24 @@ def test_sigint_stops_every_process(tmp_path):
     while _group_members(proc.pid) and time.time() < deadline:
         time.sleep(0.1)
     assert _group_members(proc.pid) == []
+
+
+def test_sigkill_leaves_no_orphans_and_the_same_command_resumes(tmp_path):
+    run_dir = str(tmp_path / "sigkill")
+    argv = [sys.executable, MAZE, "--core", "delta", "--run_dir", run_dir, "--total_steps", "10000000",
+            "--set", f"core_options={tiny_options('delta')}", "--set", "checkpoint.milestones=[320]", *SMALL]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    csv_path = os.path.join(run_dir, "logs.csv")
+    deadline = time.time() + 120
+    while time.time() < deadline and not (os.path.exists(csv_path) and len(read_csv(csv_path)) >= 3):
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.time() + 15
+    while _group_members(proc.pid) and time.time() < deadline:
+        time.sleep(0.1)
+    assert _group_members(proc.pid) == []  # the actors noticed and exited
+    argv[argv.index("10000000")] = "960"
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120).stdout
+    assert "resuming from" in out and "at step 320\n" in out
+    assert load_checkpoint(latest_checkpoint(run_dir))["counters"]["step"] == 960
