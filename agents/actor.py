@@ -68,6 +68,7 @@ def actor_loop(index: int, env_name: str, env_options: dict[str, Any], num_envs:
         import envs
 
         torch.set_num_threads(1)
+        torch.manual_seed(seed)  # forked actors would otherwise share the learner's sampling stream
         model.eval()  # e.g. FAVOR+ features are redrawn only in train mode
         env = envs.make(env_name, num_envs=num_envs, seed=seed, **env_options)
         unroll_length = buffers["obs"].shape[1] - 1
