@@ -79,3 +79,160 @@ def test_fused_recurrent_matches_reference(rule, dk, dv, T, bv):
     assert y.shape == yr.shape and WT.shape == WTr.shape
     assert rel(y, yr) < TOL and rel(WT, WTr) < TOL
     check_grads([y, WT], [yr, WTr], ins_k, ins_r, ["q", "k", "v", "beta", "W0"], gen)
+
+
+# ----------------------------------------------------------------------------- rec_delta, delta_rnn
+from fastnet.recurrent import delta_rnn_sequence, rec_delta_sequence  # noqa: E402
+
+
+def _tm(x):  # batch-major -> time-major
+    return x.transpose(0, 1)
+
+
+@pytest.mark.parametrize("d,T", [(16, 7), (32, 5)])
+def test_rec_delta_matches_reference(d, T):
+    gen = torch.Generator().manual_seed(100 + d + T)
+    B, H = 2, 2
+    aq, ak, av = (torch.randn(B, T, H, d, generator=gen) for _ in range(3))
+    ab = torch.randn(B, T, H, generator=gen)
+    Rq, Rk, Rv = (torch.randn(H, d, d, generator=gen) / d**0.5 for _ in range(3))
+    rb = torch.randn(H, d, generator=gen) / d**0.5
+    W0 = torch.randn(B, H, d, d, generator=gen) * 0.3
+    y0 = torch.randn(B, H, d, generator=gen)
+    done = make_done(B, T, gen)
+    names = ["aq", "ak", "av", "ab", "Rq", "Rk", "Rv", "rb", "W0", "y0"]
+    xs = (aq, ak, av, ab, Rq, Rk, Rv, rb, W0, y0)
+    ins_k = leafs(*xs)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in xs]
+    y, WT, yT = kernels.fused_recurrent_rec_delta(*ins_k[:8], done.to(DEV), ins_k[8], ins_k[9])
+    r = ins_r
+    yr, WTr, yTr = rec_delta_sequence(_tm(r[0]), _tm(r[1]), _tm(r[2]), _tm(r[3]), *r[4:8], done.t(), r[8], r[9])
+    yr = _tm(yr)
+    for a, b_ in ((y, yr), (WT, WTr), (yT, yTr)):
+        assert rel(a, b_) < TOL
+    check_grads([y, WT, yT], [yr, WTr, yTr], ins_k, ins_r, names, gen)
+
+
+@pytest.mark.parametrize("dk,dv,T", [(16, 16, 7), (32, 16, 5)])
+def test_delta_rnn_matches_reference(dk, dv, T):
+    gen = torch.Generator().manual_seed(200 + dk + dv + T)
+    B, H = 2, 2
+    q = torch.randn(B, T, H, dk, generator=gen).softmax(-1)
+    k = torch.randn(B, T, H, dk, generator=gen).softmax(-1)
+    v = torch.randn(B, T, H, dv, generator=gen)
+    beta = torch.rand(B, T, H, generator=gen)
+    kr = torch.randn(B, T, H, dv, generator=gen).softmax(-1)
+    vr = torch.randn(B, T, H, dv, generator=gen)
+    beta_r = torch.rand(B, T, H, generator=gen)
+    W0 = torch.randn(B, H, dv, dk, generator=gen) * 0.3
+    R0 = torch.randn(B, H, dv, dv, generator=gen) * 0.3
+    y0 = torch.randn(B, H, dv, generator=gen)
+    done = make_done(B, T, gen)
+    names = ["q", "k", "v", "beta", "kr", "vr", "beta_r", "W0", "R0", "y0"]
+    xs = (q, k, v, beta, kr, vr, beta_r, W0, R0, y0)
+    ins_k = leafs(*xs)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in xs]
+    outs_k = kernels.fused_recurrent_delta_rnn(*ins_k[:7], done.to(DEV), *ins_k[7:])
+    r = ins_r
+    yr, WTr, RTr, yTr = delta_rnn_sequence(*[_tm(x) for x in r[:7]], done.t(), *r[7:])
+    outs_r = [_tm(yr), WTr, RTr, yTr]
+    for a, b_ in zip(outs_k, outs_r):
+        assert rel(a, b_) < TOL
+    check_grads(list(outs_k), outs_r, ins_k, ins_r, names, gen)
+
+
+# ----------------------------------------------------------------------------- dtypes, defaults, errors
+def test_bf16_inputs_fp32_state():
+    gen = torch.Generator().manual_seed(7)
+    B, T, H, d = 2, 6, 1, 16
+    q = torch.randn(B, T, H, d, generator=gen).softmax(-1).bfloat16()
+    k = torch.randn(B, T, H, d, generator=gen).softmax(-1).bfloat16()
+    v = torch.randn(B, T, H, d, generator=gen).bfloat16()
+    beta = torch.rand(B, T, H, generator=gen).bfloat16()
+    W0 = (torch.randn(B, H, d, d, generator=gen) * 0.5).bfloat16()
+    done = make_done(B, T, gen)
+    ins_k = leafs(q, k, v, beta, W0)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in (q, k, v, beta, W0)]
+    y, WT = kernels.fused_recurrent_fast_weight(*ins_k, done.to(DEV), "delta")
+    assert y.dtype == torch.bfloat16 and WT.dtype == torch.bfloat16
+    r = ins_r
+    yr, WTr = fast_weight_sequence("delta", *[_tm(x) for x in r[:4]], done.t(), r[4])
+    assert rel(y, _tm(yr)) < 1e-2 and rel(WT, WTr) < 1e-2
+    (y.float().sum() + WT.float().sum()).backward()
+    assert all(x.grad.dtype == torch.bfloat16 for x in ins_k)
+
+
+def test_defaults_no_state_no_done():
+    gen = torch.Generator().manual_seed(8)
+    B, T, H, d = 1, 5, 2, 16
+    q, k = (torch.randn(B, T, H, d, generator=gen).softmax(-1).to(DEV) for _ in range(2))
+    v = torch.randn(B, T, H, d, generator=gen).to(DEV)
+    y, WT = kernels.fused_recurrent_fast_weight(q, k, v, None, None, None, "sum")
+    yr, WTr = fast_weight_sequence("sum", _tm(q).cpu(), _tm(k).cpu(), _tm(v).cpu())
+    assert rel(y, _tm(yr)) < TOL and rel(WT, WTr) < TOL
+
+
+@pytest.mark.parametrize("dk,dv", [(24, 16), (16, 48), (256, 256), (8, 8)])
+def test_unsupported_head_size(dk, dv):
+    q = torch.zeros(1, 2, 1, dk, device=DEV)
+    v = torch.zeros(1, 2, 1, dv, device=DEV)
+    b = torch.zeros(1, 2, 1, device=DEV)
+    with pytest.raises(ValueError, match=r"allowed sizes are \[16, 32, 64, 128\]"):
+        kernels.fused_recurrent_fast_weight(q, q, v, b, None, None, "delta")
+    with pytest.raises(ValueError, match="allowed sizes"):
+        kernels.fused_recurrent_delta_rnn(q, q, v, b, v, v, b)
+    bad = dk if dk not in kernels.HEAD_SIZES else dv
+    x = torch.zeros(1, 2, 1, bad, device=DEV)
+    with pytest.raises(ValueError, match="allowed sizes"):
+        kernels.fused_recurrent_rec_delta(x, x, x, b, *(torch.zeros(1, bad, bad, device=DEV),) * 3, torch.zeros(1, bad, device=DEV))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64, torch.int32])
+def test_unsupported_dtype(dtype):
+    q = torch.zeros(1, 2, 1, 16, device=DEV, dtype=dtype)
+    b = torch.zeros(1, 2, 1, device=DEV, dtype=dtype)
+    with pytest.raises(TypeError, match="float32 and torch.bfloat16"):
+        kernels.fused_recurrent_fast_weight(q, q, q, b, None, None, "delta")
+    with pytest.raises(TypeError, match="float32 and torch.bfloat16"):
+        kernels.fused_recurrent_delta_rnn(q, q, q, b, q, q, b)
+
+
+def test_bad_rule_and_device_errors(monkeypatch):
+    q = torch.zeros(1, 2, 1, 16)
+    b = torch.zeros(1, 2, 1)
+    with pytest.raises(ValueError, match="unknown update rule"):
+        kernels.fused_recurrent_fast_weight(q, q, q, b, None, None, "hebb")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # CPU tensors without the interpreter
+    with pytest.raises(RuntimeError, match="CUDA"):
+        kernels.fused_recurrent_fast_weight(q, q, q, b, None, None, "delta")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match=r"CUDA requested but torch.cuda.is_available\(\) is False"):
+            kernels.require_cuda()
+
+
+# ----------------------------------------------------------------------------- compilation
+from fastnet.kernels import compile_report as cr  # noqa: E402
+
+
+def _specs(heads):
+    return [(s, a) for s in cr.all_specs(heads) for a, _ in cr.TARGETS]
+
+
+def _check_compiles(spec, arch):
+    r = cr.compile_spec(spec, arch)
+    print(cr.format_table([r]))
+    d = max(spec.constexprs.get(n, 0) for n in ("D", "DK", "DV"))
+    assert r.regs > 0
+    if d <= 64:
+        assert r.spills == 0, f"{spec.name} {spec.label} sm_{arch}: {r.spill_stores} spill stores, {r.spill_loads} loads"
+
+
+@pytest.mark.parametrize("spec,arch", _specs((64,)), ids=lambda x: getattr(x, "name", None) or f"sm{x}")
+def test_compiles_without_spills_d64(spec, arch):
+    _check_compiles(spec, arch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec,arch", _specs((16, 32, 128)), ids=lambda x: getattr(x, "name", None) or f"sm{x}")
+def test_compiles_all_head_sizes(spec, arch):
+    _check_compiles(spec, arch)

@@ -9,6 +9,8 @@ and spills are counted as local-memory stores (STL) in the SASS (``cuobjdump -sa
 """
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import re
 import subprocess
@@ -76,6 +78,32 @@ def compile_spec(spec: KernelSpec, arch: int) -> Report:
     return Report(spec, arch, regs, stack, local, shared, int(ck.metadata.shared), stl, ldl)
 
 
+_COMPILED_MODULES: dict = {}
+
+
+def kernel_module(name: str):
+    """``fastnet.kernels.<name>`` with real ``@triton.jit`` kernels.
+
+    Under TRITON_INTERPRET=1 the kernels of the imported module are interpreter objects that
+    ``triton.compile`` cannot take, so a second copy of the module is loaded with the
+    interpreter switched off (Triton reads the variable when ``@triton.jit`` runs).
+    """
+    if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        return importlib.import_module(f"fastnet.kernels.{name}")
+    if name not in _COMPILED_MODULES:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+        old = os.environ["TRITON_INTERPRET"]
+        os.environ["TRITON_INTERPRET"] = "0"
+        try:
+            spec = importlib.util.spec_from_file_location(f"_fastnet_kernels_compiled_{name}", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+        finally:
+            os.environ["TRITON_INTERPRET"] = old
+        _COMPILED_MODULES[name] = mod
+    return _COMPILED_MODULES[name]
+
+
 def _sig(names_types: str) -> dict:
     out = {}
     for item in names_types.split(","):
@@ -85,7 +113,7 @@ def _sig(names_types: str) -> dict:
 
 
 def fused_recurrent_specs(rule: str, dk: int, dv: int, dtype: str = "fp32") -> list[KernelSpec]:
-    from fastnet.kernels import fused_recurrent as fr
+    fr = kernel_module("fused_recurrent")
 
     bv = fr.pick_bv(dk, dv)
     w = fr.pick_warps(bv, dk)
@@ -124,20 +152,12 @@ def all_specs(head_sizes=(16, 32, 64, 128)) -> list[KernelSpec]:
             specs += fused_recurrent_specs(rule, d, d)
     specs += fused_recurrent_specs("delta", 64, 32)  # DPFP-style dk = 2 dv
     specs += fused_recurrent_specs("delta", 32, 32, "bf16")
-    try:
-        from fastnet.kernels import recurrent_cores as rc
-    except ImportError:
-        rc = None
-    if rc is not None and hasattr(rc, "compile_specs"):
+    for name in ("recurrent_cores", "chunk"):
+        if not os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")):
+            continue
+        mod = kernel_module(name)
         for d in head_sizes:
-            specs += rc.compile_specs(d, KernelSpec, _sig)
-    try:
-        from fastnet.kernels import chunk as ch
-    except ImportError:
-        ch = None
-    if ch is not None and hasattr(ch, "compile_specs"):
-        for d in head_sizes:
-            specs += ch.compile_specs(d, KernelSpec, _sig)
+            specs += mod.compile_specs(d, KernelSpec, _sig)
     return specs
 
 
