@@ -10,7 +10,7 @@ Public entry points (batch-major [B,T,H,d] sequences):
 * :func:`fused_recurrent_rec_delta` (aq, ak, av, ab, Rq, Rk, Rv, rb, done, W0, y0) -> (y, W_T, y_T)
 * :func:`fused_recurrent_delta_rnn` (q, k, v, beta, kr, vr, beta_r, done, W0, R0, y0) -> (y, W_T, R_T, y_T)
 * :func:`chunk_delta_rule` (q, k, v, beta, initial_state, done) -> (y, W_T)  (chunked WY form)
-* :func:`delta_rule` (..., mode="auto"): picks chunked for T >= 256 without resets, else fused.
+* :func:`delta_rule` (..., mode="auto"): picks chunked for T >= 256, else fused.
 
 All are torch.autograd-differentiable. They run on CUDA tensors, or on CPU tensors when
 TRITON_INTERPRET=1 (the Triton interpreter; slow, for tests).
@@ -52,14 +52,11 @@ def chunk_delta_rule(q, k, v, beta, initial_state=None, done=None, **kw):
 def delta_rule(q, k, v, beta, initial_state=None, done=None, mode="auto"):
     """Delta rule over a batch-major sequence; mode "fused", "chunk" or "auto".
 
-    "auto" takes the chunked kernel when T >= 256 and no reset falls inside the sequence
-    (done[:, 1:] all False; a reset at t = 0 only discards the initial state), else the
-    fused recurrent kernel. "chunk" with resets inside the sequence raises ValueError.
+    "auto" takes the chunked kernel when T >= 256 and the fused recurrent kernel otherwise.
+    Both handle resets anywhere in the sequence (the chunked one with segment masks).
     """
     if mode not in ("auto", "fused", "chunk"):
         raise ValueError(f"mode must be 'auto', 'fused' or 'chunk', got {mode!r}")
-    T = q.shape[1]
-    inner_reset = done is not None and bool(done[:, 1:].any())
-    if mode == "chunk" or (mode == "auto" and T >= 256 and not inner_reset):
+    if mode == "chunk" or (mode == "auto" and q.shape[1] >= 256):
         return chunk_delta_rule(q, k, v, beta, initial_state, done)
     return fused_recurrent_fast_weight(q, k, v, beta, initial_state, done, "delta")

@@ -32,6 +32,7 @@ class KernelSpec:
     constexprs: dict
     num_warps: int
     label: str  # head sizes etc., for the table
+    num_stages: int = 3
 
 
 @dataclass
@@ -62,7 +63,7 @@ def _attrs(signature: dict) -> dict:
 
 def compile_spec(spec: KernelSpec, arch: int) -> Report:
     src = ASTSource(fn=spec.fn, signature=spec.signature, constexprs=spec.constexprs, attrs=_attrs(spec.signature))
-    ck = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": spec.num_warps})
+    ck = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "k.cubin")
         with open(path, "wb") as f:

@@ -78,7 +78,7 @@ def _fw_fwd_kernel(
         else:
             if t % CHUNK == 0:
                 c = t // CHUNK
-                tl.store(ckpt + (pid_bh.to(tl.int64) * tl.cdiv(T, CHUNK) + c) * DV * DK + tile, W)
+                tl.store(ckpt + (pid_bh.to(tl.int64) * ((T + CHUNK - 1) // CHUNK) + c) * DV * DK + tile, W)
             bt = tl.load(beta + base).to(tl.float32)
             W = (1.0 - bt) * W + (bt * vt)[:, None] * kt[None, :]
         yt = tl.sum(W * qt[None, :], axis=1)
@@ -177,7 +177,7 @@ def _fw_bwd_gated_kernel(
     sbase = pid_bh.to(tl.int64) * DV * DK
     pbase = pid_v.to(tl.int64) * B * T * H
     scr = scratch + (pid_bh.to(tl.int64) * NV + pid_v) * CHUNK * BV * DK
-    NC = tl.cdiv(T, CHUNK)
+    NC = ((T + CHUNK - 1) // CHUNK)
     if HAS_DWT:
         G = tl.load(dwT + sbase + tile).to(tl.float32)
     else:
