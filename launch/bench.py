@@ -45,7 +45,7 @@ def bench_cores(args: argparse.Namespace) -> None:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda was asked for, but torch.cuda.is_available() is False")
     torch.set_num_threads(args.threads)
-    names = [n for n in (args.cores or CORES) if not (n.startswith("mnm") and not _importable("fastnet.mnm"))]
+    names = list(args.cores or CORES)
     if "lstm" not in names:
         names.insert(0, "lstm")
     for T, B in args.shapes:
@@ -132,12 +132,6 @@ def bench_maze(args: argparse.Namespace) -> None:
 
         slow = _best_rate(py_step, n, max(1, args.py_steps // n))
         print(f"{n:>6} {fast:>14.3e} {slow:>15.3e} {fast / slow:>8.1f}")
-
-
-def _importable(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is not None
 
 
 def _shape(text: str) -> tuple[int, int]:
