@@ -128,7 +128,9 @@ def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig) ->
 
     The model re-runs steps 0..T from the stored state; its logits and baselines at 0..T-1 are
     scored against the actions a_0..a_{T-1} (stored at 1..T), rewards r_1..r_T and discounts
-    γ·(1 − done_{t+1}); the baseline at step T bootstraps (V(x_T) in Eq. 1).
+    γ·(1 − done_{t+1}); the baseline at step T bootstraps (V(x_T) in Eq. 1). The core's aux
+    losses (means over steps, e.g. MNM's meta loss) are multiplied by the T·N samples so that
+    an aux weight of 1 weighs them per sample like the summed IMPALA terms.
     """
     lc = cfg.learner
     state = tuple(batch[f"state_{i}"] for i in range(sum(k.startswith("state_") for k in batch)))
@@ -140,7 +142,9 @@ def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig) ->
     discounts = (~batch["done"][1:]).float() * lc.discount
     losses = impala_losses(logits[:-1], batch["logits"][1:], batch["action"][1:], rewards, discounts,
                            baseline[:-1], baseline[-1], rho_bar=lc.rho_bar, c_bar=lc.c_bar)
-    loss = total_loss(losses, lc.baseline_cost, lc.entropy_cost, aux, lc.aux_loss_weights)
+    num_samples = rewards.numel()  # the IMPALA terms are sums over T x N; aux losses are means
+    loss = total_loss(losses, lc.baseline_cost, lc.entropy_cost, {k: num_samples * v for k, v in aux.items()},
+                      lc.aux_loss_weights)
     return loss, {**losses, **{f"aux_{k}": v for k, v in aux.items()}}
 
 
