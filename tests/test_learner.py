@@ -30,7 +30,9 @@ def fixed_batch(model, seed=0):
 
 def make(core, **learner):
     options = {"ff": {}, "lstm": {"hidden_size": 16},
-               "delta": {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "head_dim": 8, "ff_size": 32}}
+               "delta": {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "head_dim": 8, "ff_size": 32},
+               "mnm_p": {"controller_size": 16, "memory_size": 8, "num_heads": 2, "memory_layers": 2,
+                         "output_size": 16}}
     cfg = TrainConfig(core=core, core_options=options[core])
     cfg = dataclasses.replace(cfg, learner=dataclasses.replace(cfg.learner, **learner))
     torch.manual_seed(0)
@@ -38,11 +40,12 @@ def make(core, **learner):
 
 
 def reference_loss(model, batch, cfg):
-    """V-trace (Eq. 1, as an explicit sum) and the IMPALA loss, written out with numpy."""
+    """V-trace (Eq. 1, as an explicit sum) and the IMPALA loss, written out with numpy, plus the
+    core's aux losses (per-step means) weighted per sample: weight × T × N × aux."""
     lc = cfg.learner
-    state = tuple(batch[k] for k in sorted(batch) if k.startswith("state_"))
+    state = tuple(batch[f"state_{i}"] for i in range(len(model.initial_state(1))))
     with torch.no_grad():
-        logits, baseline, _, _ = model(batch["obs"], batch["reward"], batch["action"], batch["done"], state)
+        logits, baseline, _, aux = model(batch["obs"], batch["reward"], batch["action"], batch["done"], state)
     logits, baseline = logits.double().numpy(), baseline.double().numpy()
     actions = batch["action"][1:].numpy()
     rewards = batch["reward"][1:].double().numpy()
@@ -70,12 +73,13 @@ def reference_loss(model, batch, cfg):
     pg = -(logp_a * adv).sum()
     value = 0.5 * ((vs - V) ** 2).sum()
     entropy = -(np.exp(logp) * logp).sum()
-    return pg + lc.baseline_cost * value - lc.entropy_cost * entropy
+    aux_total = sum(lc.aux_loss_weights.get(k, 1.0) * T * N * v.item() for k, v in aux.items())
+    return pg + lc.baseline_cost * value - lc.entropy_cost * entropy + aux_total
 
 
-@pytest.mark.parametrize("core", ["ff", "lstm", "delta"])
+@pytest.mark.parametrize("core", ["ff", "lstm", "delta", "mnm_p"])
 def test_loss_matches_reference(core):
-    cfg, model = make(core, rho_bar=1.0, c_bar=1.0)
+    cfg, model = make(core, rho_bar=1.0, c_bar=1.0, aux_loss_weights={"meta": 0.5})
     batch = fixed_batch(model)
     loss, terms = compute_loss(model.eval(), batch, cfg)
     assert loss.item() == pytest.approx(reference_loss(model, batch, cfg), rel=1e-4)
