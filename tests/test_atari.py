@@ -186,27 +186,27 @@ def _run(args, timeout=240):
 
 @pytest.mark.parametrize("core", ["lstm", "delta"])
 def test_end_to_end_train_resume_evaluate(core, tmp_path):
-    """2 actors, batches of 2 unrolls of 20 on Pong (games cut at 400 frames): a milestone and a
+    """2 actors, batches of 2 unrolls of 10 on Pong (games cut at 160 frames): a milestone and a
     latest checkpoint are written, the same command resumes, and evaluate.py scores the milestone."""
     run_dir = str(tmp_path / "run")
     common = ["launch/atari.py", "--game", "Pong", "--core", core, "--num_actors", "2", "--batch_size", "2",
-              "--unroll_length", "20", "--run_dir", run_dir, "--device", "cpu", "--tensorboard", "false",
-              "--set", "env.options.max_episode_frames=400", "--set", "checkpoint.milestones=[200]"]
-    _run(common + ["--total_steps", "400"])
-    assert sorted(f for f in os.listdir(run_dir) if f.endswith(".pt")) == ["checkpoint-200.pt", "checkpoint.pt"]
-    assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=False)["counters"]["step"] == 400
-    out = _run(common + ["--total_steps", "480"])
-    assert "resuming from" in out and "at step 400" in out
-    assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=False)["counters"]["step"] == 480
+              "--unroll_length", "10", "--run_dir", run_dir, "--device", "cpu", "--tensorboard", "false",
+              "--set", "env.options.max_episode_frames=160", "--set", "checkpoint.milestones=[60]"]
+    _run(common + ["--total_steps", "100"])
+    assert sorted(f for f in os.listdir(run_dir) if f.endswith(".pt")) == ["checkpoint-60.pt", "checkpoint.pt"]
+    assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=False)["counters"]["step"] == 100
+    out = _run(common + ["--total_steps", "120"])
+    assert "resuming from" in out and "at step 100" in out
+    assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=False)["counters"]["step"] == 120
 
     out_dir = str(tmp_path / "eval")
-    _run(["launch/evaluate.py", run_dir, "--runs", "2", "--episodes", "2", "--max_episode_frames", "200",
+    _run(["launch/evaluate.py", run_dir, "--runs", "2", "--episodes", "2", "--max_episode_frames", "120",
           "--workers", "2", "--out", out_dir])
     results = json.load(open(os.path.join(out_dir, "evaluation.json")))["results"]
     assert len(results) == 1
     r = results[0]
-    assert (r["game"], r["core"], r["step"], r["runs"], r["episodes"]) == ("Pong", core, 200, 2, 4)
+    assert (r["game"], r["core"], r["step"], r["runs"], r["episodes"]) == ("Pong", core, 60, 2, 4)
     assert [len(x["scores"]) for x in r["per_run"]] == [2, 2] and all(
-        length == 50 for x in r["per_run"] for length in x["lengths"])
+        length == 30 for x in r["per_run"] for length in x["lengths"])
     table = open(os.path.join(out_dir, "evaluation.md")).read()
     assert "| Game |" in table and "| Pong |" in table
