@@ -4,7 +4,8 @@ For each channel count in ``channels`` ([16, 32, 32]): a conv 3x3 (stride 1, pad
 max-pool 3x3 with stride 2 and padding 1, and ``num_blocks`` (2) residual blocks of
 [ReLU, conv 3x3, ReLU, conv 3x3] + identity. Then ReLU, flatten (32 x 11 x 11 = 3872 values
 for 84x84 frames) and Linear(3872 -> ``output_size``) with ReLU. uint8 frames are scaled by
-1/255. This is the official code's ``Net`` (torchbeast polybeast) vision part.
+1/255. This is the official code's ``Net`` (torchbeast polybeast) vision part. The convolutions
+run in the channels-last layout, which is about twice as fast on the CPU.
 """
 from __future__ import annotations
 
@@ -52,7 +53,9 @@ class ResNetStem(nn.Module):
 
     def forward(self, obs: Tensor) -> Tensor:
         x = obs.float() / 255.0 if obs.dtype == torch.uint8 else obs.float()
-        x = torch.relu(self.convs(x))
+        # NHWC: oneDNN's convolutions run about twice as fast on the CPU; values are unchanged
+        # (flatten still reads C, H, W in the logical order).
+        x = torch.relu(self.convs(x.contiguous(memory_format=torch.channels_last)))
         return torch.relu(self.fc(x.flatten(1)))
 
 
