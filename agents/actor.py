@@ -56,16 +56,19 @@ def create_buffers(num_buffers: int, unroll_length: int, num_envs: int, observat
 def actor_loop(index: int, env_name: str, env_options: dict[str, Any], num_envs: int, seed: int,
                model: nn.Module, buffers: dict[str, Tensor], free_queue: Any, full_queue: Any,
                error_queue: Any, stop: Any) -> None:
-    """Process body: fill free buffers with unrolls until ``stop`` is set or the parent dies.
+    """Process body: fill free buffers with unrolls until ``stop`` is set or the learner dies.
 
-    SIGINT is ignored: Ctrl-C reaches the learner, which stops the actors itself.
+    SIGINT is ignored: Ctrl-C reaches the learner, which stops the actors itself. If the learner
+    is killed outright, the actor notices its parent is gone within one unroll and exits.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    full_queue.cancel_join_thread()  # never block at exit on a learner that is gone
     parent = os.getppid()
     try:
         import envs
 
         torch.set_num_threads(1)
+        torch.manual_seed(seed)  # forked actors would otherwise share the learner's sampling stream
         model.eval()  # e.g. FAVOR+ features are redrawn only in train mode
         env = envs.make(env_name, num_envs=num_envs, seed=seed, **env_options)
         unroll_length = buffers["obs"].shape[1] - 1
@@ -117,8 +120,9 @@ class ActorPool:
 
     def __init__(self, model: nn.Module, env_name: str, env_options: dict[str, Any], num_actors: int,
                  envs_per_actor: int, unroll_length: int, unrolls_per_batch: int,
-                 observation_shape: tuple[int, ...], observation_dtype: torch.dtype, seeds: list[int]):
-        ctx = mp.get_context("spawn")
+                 observation_shape: tuple[int, ...], observation_dtype: torch.dtype, seeds: list[int],
+                 start_method: str = "fork"):
+        ctx = mp.get_context(start_method)
         num_buffers = 2 * num_actors + unrolls_per_batch
         self.buffers = create_buffers(num_buffers, unroll_length, envs_per_actor, observation_shape,
                                       observation_dtype, model.num_actions, model.initial_state(envs_per_actor))

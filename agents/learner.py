@@ -8,7 +8,8 @@ the carried state, as the official code does. V-trace and the loss follow Espeho
 """
 from __future__ import annotations
 
-import dataclasses
+import collections
+import math
 import os
 import signal
 import time
@@ -38,6 +39,7 @@ class ActorConfig:
     num_actors: int = 2
     envs_per_actor: int = 64
     unroll_length: int = 20  # T: the learner's backpropagation span
+    start_method: Literal["fork", "spawn", "forkserver"] = "fork"  # fork starts fastest (as monobeast)
 
 
 @dataclass
@@ -126,7 +128,9 @@ def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig) ->
 
     The model re-runs steps 0..T from the stored state; its logits and baselines at 0..T-1 are
     scored against the actions a_0..a_{T-1} (stored at 1..T), rewards r_1..r_T and discounts
-    γ·(1 − done_{t+1}); the baseline at step T bootstraps (V(x_T) in Eq. 1).
+    γ·(1 − done_{t+1}); the baseline at step T bootstraps (V(x_T) in Eq. 1). The core's aux
+    losses (means over steps, e.g. MNM's meta loss) are multiplied by the T·N samples so that
+    an aux weight of 1 weighs them per sample like the summed IMPALA terms.
     """
     lc = cfg.learner
     state = tuple(batch[f"state_{i}"] for i in range(sum(k.startswith("state_") for k in batch)))
@@ -138,7 +142,9 @@ def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig) ->
     discounts = (~batch["done"][1:]).float() * lc.discount
     losses = impala_losses(logits[:-1], batch["logits"][1:], batch["action"][1:], rewards, discounts,
                            baseline[:-1], baseline[-1], rho_bar=lc.rho_bar, c_bar=lc.c_bar)
-    loss = total_loss(losses, lc.baseline_cost, lc.entropy_cost, aux, lc.aux_loss_weights)
+    num_samples = rewards.numel()  # the IMPALA terms are sums over T x N; aux losses are means
+    loss = total_loss(losses, lc.baseline_cost, lc.entropy_cost, {k: num_samples * v for k, v in aux.items()},
+                      lc.aux_loss_weights)
     return loss, {**losses, **{f"aux_{k}": v for k, v in aux.items()}}
 
 
@@ -180,10 +186,28 @@ class GracefulStop:
             signal.signal(s, handler)
 
 
+PROGRESS_KEYS = ("sps", "mean_return", "loss", "pg_loss", "baseline_loss", "entropy", "learner_wait")
+
+
+def learn(model: AgentNet, optimizer: torch.optim.Optimizer, scheduler: Any, batch: dict[str, Tensor],
+          cfg: TrainConfig, device: torch.device) -> dict[str, float]:
+    """One update on ``batch``: loss, backward, gradient-norm clipping, optimiser and lr steps."""
+    batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+    loss, terms = compute_loss(model, batch, cfg)
+    optimizer.zero_grad()
+    loss.backward()
+    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+    optimizer.step()
+    lr = scheduler.get_last_lr()[0]
+    scheduler.step()
+    return {"loss": loss.item(), **{k: v.item() for k, v in terms.items()}, "grad_norm": grad_norm.item(), "lr": lr}
+
+
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Train until ``total_steps`` environment steps, resuming from ``run_dir`` if it holds a checkpoint.
 
-    Returns the final counters and the mean recent return.
+    Returns the final counters, the mean recent return and the SPS from the first update to the end
+    (leaving out the start-up).
     """
     import envs
 
@@ -206,10 +230,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     run_dir = cfg.resolved_run_dir()
     os.makedirs(run_dir, exist_ok=True)
     counters = {"step": 0, "updates": 0, "episodes": 0}
+    returns = RecentMean(cfg.log.return_window)
     ckpt = latest_checkpoint(run_dir)
     if ckpt is not None:
         payload = load_checkpoint(ckpt, model, optimizer, scheduler, map_location=device)
         counters.update(payload["counters"])
+        returns.extend(payload["recent_returns"])
         print(f"resuming from {ckpt} at step {counters['step']:,}", flush=True)
     save_yaml(cfg, os.path.join(run_dir, "config.yaml"))
     actor_model.load_state_dict(model.state_dict())
@@ -217,35 +243,30 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
     seeds = [int(np.random.SeedSequence([cfg.seed, i, counters["step"]]).generate_state(1)[0])
              for i in range(cfg.actor.num_actors)]
-    returns = RecentMean(cfg.log.return_window)
     logger = Logger(run_dir, resume_step=counters["step"], tensorboard=cfg.log.tensorboard,
                     print_every_s=cfg.log.print_every_s)
     milestones = sorted(m for m in cfg.checkpoint.milestones if m > counters["step"])
 
     def checkpoint(milestone: bool = False) -> None:
         save_checkpoint(run_dir, model=model, optimizer=optimizer, scheduler=scheduler, counters=counters,
-                        config=to_dict(cfg), milestone=milestone)
+                        config=to_dict(cfg), milestone=milestone, recent_returns=list(returns.values))
 
     pool = ActorPool(actor_model, cfg.env.name, cfg.env.options, cfg.actor.num_actors, cfg.actor.envs_per_actor,
                      cfg.actor.unroll_length, cfg.learner.batch_size // cfg.actor.envs_per_actor,
-                     obs_shape, obs_dtype, seeds)
+                     obs_shape, obs_dtype, seeds, cfg.actor.start_method)
     model.train()
-    last_ckpt = start = time.time()
-    start_step, sps = counters["step"], 0.0
+    last_ckpt = time.time()
+    history: collections.deque[tuple[float, int, float]] = collections.deque(maxlen=20)  # (time, step, waited)
+    waited, first = 0.0, None
     try:
         with pool, GracefulStop() as stop:
-            while counters["step"] < cfg.total_steps:
+            while counters["step"] < cfg.total_steps and not stop.requested():
+                t0 = time.time()
                 batch = pool.get_batch(stop.requested)
                 if batch is None:
-                    print(f"stopping at step {counters['step']:,}", flush=True)
                     break
-                batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-                loss, terms = compute_loss(model, batch, cfg)
-                optimizer.zero_grad()
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
-                optimizer.step()
-                scheduler.step()
+                waited += time.time() - t0
+                metrics = learn(model, optimizer, scheduler, batch, cfg, device)
                 actor_model.load_state_dict(model.state_dict())
 
                 done = batch["done"][1:]
@@ -253,25 +274,28 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 counters["step"] += steps_per_update
                 counters["updates"] += 1
                 counters["episodes"] += int(done.sum())
-                sps = (counters["step"] - start_step) / (time.time() - start)
-                metrics = {"sps": sps, "mean_return": returns.mean(), "episodes": counters["episodes"],
-                           "loss": loss.item(), **{k: v.item() for k, v in terms.items()},
-                           "grad_norm": grad_norm.item(), "lr": scheduler.get_last_lr()[0]}
+                history.append((time.time(), counters["step"], waited))
+                first = first or history[0]
+                (t_a, step_a, wait_a), (t_b, step_b, wait_b) = history[0], history[-1]
+                metrics = {"sps": (step_b - step_a) / (t_b - t_a) if t_b > t_a else math.nan,
+                           "learner_wait": (wait_b - wait_a) / (t_b - t_a) if t_b > t_a else math.nan,
+                           "mean_return": returns.mean(), "episodes": counters["episodes"], **metrics}
                 logger.log(counters["step"], metrics)
-                logger.progress(counters["step"], {k: metrics[k] for k in
-                                                   ("sps", "mean_return", "loss", "pg_loss", "baseline_loss", "entropy")})
-                while milestones and counters["step"] >= milestones[0]:
-                    milestones.pop(0)
+                logger.progress(counters["step"], {k: metrics[k] for k in PROGRESS_KEYS})
+                if milestones and counters["step"] >= milestones[0]:
+                    while milestones and counters["step"] >= milestones[0]:
+                        milestones.pop(0)
                     checkpoint(milestone=True)
                     last_ckpt = time.time()
-                if time.time() - last_ckpt > 60 * cfg.checkpoint.interval_minutes:
+                elif time.time() - last_ckpt > 60 * cfg.checkpoint.interval_minutes:
                     checkpoint()
                     last_ckpt = time.time()
-                if stop.requested():
-                    print(f"stopping at step {counters['step']:,}", flush=True)
-                    break
+        if stop.requested():
+            print(f"stopping at step {counters['step']:,}", flush=True)
         checkpoint()
     finally:
         logger.close()
-    logger.progress(counters["step"], {"sps": sps, "mean_return": returns.mean()}, force=True)
-    return {**counters, "mean_return": returns.mean(), "sps": sps}
+    elapsed, steps = (history[-1][0] - first[0], history[-1][1] - first[1]) if first else (0.0, 0)
+    summary = {**counters, "mean_return": returns.mean(), "sps": steps / elapsed if elapsed else math.nan}
+    logger.progress(counters["step"], {k: summary[k] for k in ("sps", "mean_return", "episodes")}, force=True)
+    return summary

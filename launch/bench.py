@@ -46,7 +46,7 @@ def bench_cores(args: argparse.Namespace) -> None:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda was asked for, but torch.cuda.is_available() is False")
     torch.set_num_threads(args.threads)
-    names = [n for n in (args.cores or CORES) if not (n.startswith("mnm") and not _importable("fastnet.mnm"))]
+    names = list(args.cores or CORES)
     if "lstm" not in names:
         names.insert(0, "lstm")
     for T, B in args.shapes:
@@ -259,12 +259,6 @@ def _pool_rate(args: argparse.Namespace, model: torch.nn.Module, n: int) -> floa
             batches += 1
             last = time.perf_counter()
     return batches * args.pool_unroll * per_actor / (last - start)
-
-
-def _importable(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is not None
 
 
 def _shape(text: str) -> tuple[int, int]:
