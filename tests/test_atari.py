@@ -178,6 +178,11 @@ def test_launcher_config_is_the_papers():
 # ---------------------------------------------------------------- end to end
 
 
+def _read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
 def _run(args, timeout=240):
     proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -202,11 +207,12 @@ def test_end_to_end_train_resume_evaluate(core, tmp_path):
     out_dir = str(tmp_path / "eval")
     _run(["launch/evaluate.py", run_dir, "--runs", "2", "--episodes", "2", "--max_episode_frames", "120",
           "--workers", "2", "--out", out_dir])
-    results = json.load(open(os.path.join(out_dir, "evaluation.json")))["results"]
+    results = _read_json(os.path.join(out_dir, "evaluation.json"))["results"]
     assert len(results) == 1
     r = results[0]
     assert (r["game"], r["core"], r["step"], r["runs"], r["episodes"]) == ("Pong", core, 60, 2, 4)
     assert [len(x["scores"]) for x in r["per_run"]] == [2, 2] and all(
         length == 30 for x in r["per_run"] for length in x["lengths"])
-    table = open(os.path.join(out_dir, "evaluation.md")).read()
+    with open(os.path.join(out_dir, "evaluation.md")) as f:
+        table = f.read()
     assert "| Game |" in table and "| Pong |" in table

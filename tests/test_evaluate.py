@@ -125,7 +125,8 @@ def test_paper_scores_are_the_appendix_tables():
     assert PAPER_SCORES[200_000_000]["Robotank"]["linear"] == (7.7, 0.9)
     if not os.path.isfile(APPENDIX):
         pytest.skip("the appendix text is not beside this checkout")
-    assert parse_appendix(open(APPENDIX).read()) == PAPER_SCORES
+    with open(APPENDIX) as f:
+        assert parse_appendix(f.read()) == PAPER_SCORES
 
 
 def _result(game, core, step, mean, std):
