@@ -106,24 +106,26 @@ def summarize(runs: list[dict[str, list]], ddof: int = 0) -> dict[str, Any]:
 
 
 class ModelPolicy:
-    """An AgentNet stepped one step at a time on the CPU; argmax actions or samples."""
+    """An AgentNet stepped one step at a time (on ``device``); argmax actions or samples."""
 
-    def __init__(self, model: Any, num_envs: int, sample: bool = False, seed: int = 0):
+    def __init__(self, model: Any, num_envs: int, sample: bool = False, seed: int = 0, device: str = "cpu"):
         import torch
 
-        self.torch, self.model, self.sample = torch, model.eval(), sample
-        self.state = model.initial_state(num_envs)
-        self.generator = torch.Generator().manual_seed(seed)
+        self.torch, self.device, self.sample = torch, torch.device(device), sample
+        self.model = model.eval().to(self.device)
+        self.state = self.model.initial_state(num_envs, self.device)
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
     def __call__(self, obs: np.ndarray, reward: np.ndarray, action: np.ndarray, done: np.ndarray) -> np.ndarray:
         torch = self.torch
+        inputs = [torch.from_numpy(x)[None].to(self.device) for x in (obs, reward, action, done)]
         with torch.no_grad():
-            logits, _, self.state, _ = self.model(torch.from_numpy(obs)[None], torch.from_numpy(reward)[None],
-                                                  torch.from_numpy(action)[None], torch.from_numpy(done)[None],
-                                                  self.state)
+            logits, _, self.state, _ = self.model(*inputs, self.state)
         if self.sample:
-            return torch.multinomial(torch.softmax(logits[0], -1), 1, generator=self.generator).squeeze(-1).numpy()
-        return logits[0].argmax(-1).numpy()
+            chosen = torch.multinomial(torch.softmax(logits[0], -1), 1, generator=self.generator).squeeze(-1)
+        else:
+            chosen = logits[0].argmax(-1)
+        return chosen.cpu().numpy()
 
 
 def expand_targets(targets: list[str], steps: list[int] | None = None) -> list[str]:
@@ -203,7 +205,8 @@ def evaluate_job(job: dict[str, Any]) -> dict[str, Any]:
         return envs.make(cfg.env.name, num_envs=num_envs, seed=seed, **options)
 
     def make_policy(run: int) -> ModelPolicy:
-        return ModelPolicy(model, job["envs_per_run"] or job["episodes"], job["sample"], job["seed"] + run)
+        return ModelPolicy(model, job["envs_per_run"] or job["episodes"], job["sample"], job["seed"] + run,
+                           job["device"])
 
     start = time.time()
     result = run_one(make_env, make_policy, job["run"], job["episodes"], job["envs_per_run"], job["seed"])
@@ -212,11 +215,11 @@ def evaluate_job(job: dict[str, Any]) -> dict[str, Any]:
 
 def evaluate(paths: list[str], runs: int = 5, episodes: int = 30, sample: bool = False, workers: int | None = None,
              envs_per_run: int | None = None, seed: int = 0, env_overrides: dict[str, Any] | None = None,
-             ddof: int = 0, progress: bool = True) -> list[dict[str, Any]]:
+             ddof: int = 0, progress: bool = True, device: str = "cpu") -> list[dict[str, Any]]:
     """Score every checkpoint in ``paths``; one result dict per checkpoint (see :func:`summarize`)."""
     infos = [describe(p) for p in paths]
     jobs = [{"checkpoint": info["checkpoint"], "run": r, "episodes": episodes, "envs_per_run": envs_per_run,
-             "sample": sample, "seed": seed, "env_overrides": dict(env_overrides or {})}
+             "sample": sample, "seed": seed, "env_overrides": dict(env_overrides or {}), "device": device}
             for info in infos for r in range(runs)]
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     done_jobs: list[dict[str, Any]] = []
@@ -322,6 +325,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--sample", action="store_true", help="sample actions from the policy instead of argmax")
     parser.add_argument("--workers", type=int, default=None, help="parallel processes (default: all cores)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="where the policy runs (cuda: one context per worker)")
     parser.add_argument("--ddof", type=int, default=0, choices=(0, 1), help="std of the run means: 0 population, 1 sample")
     parser.add_argument("--max_episode_frames", type=int, default=None,
                         help="override the env's frame limit (for quick checks; the protocol keeps 108000)")
@@ -332,7 +336,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     overrides = {} if args.max_episode_frames is None else {"max_episode_frames": args.max_episode_frames}
     paths = expand_targets(args.targets, args.steps)
     results = evaluate(paths, args.runs, args.episodes, args.sample, args.workers, args.envs_per_run, args.seed,
-                       overrides, args.ddof)
+                       overrides, args.ddof, device=args.device)
     json_path, md_path = write_outputs(results, args.out)
     print(markdown(results))
     print(f"wrote {json_path} and {md_path}")
