@@ -66,8 +66,11 @@ def load(argv: list[str]) -> TrainConfig:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if "-h" in argv or "--help" in argv:
+        print(__doc__)
     try:
-        cfg = load(sys.argv[1:] if argv is None else argv)
+        cfg = load(argv)
     except (ConfigError, ValueError) as e:
         raise SystemExit(f"config error: {e}")
     train(cfg)
