@@ -235,7 +235,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     if ckpt is not None:
         payload = load_checkpoint(ckpt, model, optimizer, scheduler, map_location=device)
         counters.update(payload["counters"])
-        returns.extend(payload["recent_returns"])
+        returns.extend(payload.get("recent_returns", []))  # absent in checkpoints of older versions
         print(f"resuming from {ckpt} at step {counters['step']:,}", flush=True)
     save_yaml(cfg, os.path.join(run_dir, "config.yaml"))
     actor_model.load_state_dict(model.state_dict())
