@@ -100,7 +100,8 @@ class FastWeightSequence(torch.autograd.Function):
     ⌈√T⌉ steps. Backward recovers W' from W_t by undoing the write, W' = W_t - u_t ⊗ k_t
     (sum, delta); the gated rule cannot be undone stably (it would divide by 1-β), so it
     replays each ⌈√T⌉-step chunk from its checkpoint instead. Heads are folded into the batch
-    (N = B·H) so every step is a handful of batched matrix products.
+    (N = B·H); outer-product updates use ``addcmul_`` (``baddbmm_`` with an inner dimension
+    of 1 is up to 10x slower on the CPU).
     """
 
     @staticmethod
@@ -128,7 +129,7 @@ class FastWeightSequence(torch.autograd.Function):
                 us[t] = beta[t, :, None] * v[t]
             else:
                 us[t] = v[t]
-            W.baddbmm_(us[t, :, :, None], k[t, :, None, :])
+            W.addcmul_(us[t, :, :, None], k[t, :, None, :])
             torch.bmm(W, q[t, :, :, None], out=y[t, :, :, None])
         ctx.rule, ctx.chunk, ctx.shape = rule, chunk, (T, B, H, dk, dv)
         ctx.pre_reset, ctx.checkpoints = pre_reset, checkpoints
@@ -147,14 +148,14 @@ class FastWeightSequence(torch.autograd.Function):
         replayed: dict[int, Tensor] = {}
         for t in reversed(range(T)):
             kt, vt, bt = k[t], v[t], beta[t, :, None]
-            G.baddbmm_(dy[t, :, :, None], q[t, :, None, :])
+            G.addcmul_(dy[t, :, :, None], q[t, :, None, :])
             dq[t] = torch.bmm(dy[t, :, None, :], W).squeeze(1)
             if rule == "gated":  # W becomes W' (after the reset, before the write)
                 if t not in replayed:
                     replayed = _replay_chunk(ctx, t)
                 W = replayed.pop(t)
             else:
-                W.baddbmm_(us[t, :, :, None], kt[:, None, :], alpha=-1)
+                W.addcmul_(us[t, :, :, None], kt[:, None, :], value=-1)
             Gk = torch.bmm(G, kt[:, :, None]).squeeze(-1)
             if rule == "sum":
                 dv_[t], dk_[t] = Gk, torch.bmm(vt[:, None, :], G).squeeze(1)
@@ -166,7 +167,7 @@ class FastWeightSequence(torch.autograd.Function):
                 dscale[t] = -(bt * Gk * retrieved).sum(-1)
                 sbGk = s * bt * Gk
                 dk_[t] = torch.bmm(us[t, :, None, :], G).squeeze(1) - torch.bmm(sbGk[:, None, :], W).squeeze(1)
-                G.baddbmm_(sbGk[:, :, None], kt[:, None, :], alpha=-1)
+                G.addcmul_(sbGk[:, :, None], kt[:, None, :], value=-1)
             else:
                 dv_[t] = bt * Gk
                 dk_[t] = bt * torch.bmm(vt[:, None, :], G).squeeze(1)
