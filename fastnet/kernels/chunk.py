@@ -206,13 +206,15 @@ def _chunk_bwd_kernel(
 
 
 @triton.jit
-def _chunk_bwd_dqk_kernel(
-    q, k, v, beta, cseg, tinv, ckpt, dckpt, u, du, dy,
-    dq, dk, dv, dbeta,
+def _chunk_bwd_wy_kernel(
+    q, k, v, beta, cseg, tinv, u, du, dy,
+    dv, dbe_f, dq_f, dk_f,
     T, H,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr,
 ):
-    """Per chunk, in parallel: dq, dk, dv, dbeta of the chunk (value blocks summed in the program)."""
+    """Per chunk, in parallel: Z = T^{-T} dU, dv = beta Z, and the intra-chunk parts of dq, dk, dbeta
+    (through (Q K^T) * L, A = beta K K^T and beta V), written to fp32 dq_f, dk_f, dbe_f. Value blocks are
+    summed in the program through the [C, C] products dY U^T and Z U^T only."""
     n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
@@ -223,15 +225,59 @@ def _chunk_bwd_dqk_kernel(
     ok = tl.arange(0, DK)
     t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
     be = tl.load(beta + (b * T + t) * H + h, mask=tm, other=0.0).to(tl.float32)
-    Q = _ld(q, b, h, start, 0, T, H, DK, C, DK)
     K = _ld(k, b, h, start, 0, T, H, DK, C, DK)
+    Tinv = tl.load(tinv + (pid_bh.to(tl.int64) * NT + n) * C * C + oc[:, None] * C + oc[None, :])
+    dYU = tl.zeros([C, C], dtype=tl.float32)
+    ZU = tl.zeros([C, C], dtype=tl.float32)
+    dbe = tl.zeros([C], dtype=tl.float32)
+    for j in range(DV // BV):
+        U = _ld(u, b, h, start, j * BV, T, H, DV, C, BV)
+        dU = _ld(du, b, h, start, j * BV, T, H, DV, C, BV)
+        dY = _ld(dy, b, h, start, j * BV, T, H, DV, C, BV)
+        V = _ld(v, b, h, start, j * BV, T, H, DV, C, BV)
+        dYU += tl.dot(dY, tl.trans(U), input_precision=PREC)
+        Z = tl.dot(tl.trans(Tinv), dU, input_precision=PREC)
+        _st(dv, (be[:, None] * Z).to(dv.dtype.element_ty), b, h, start, j * BV, T, H, DV, C, BV)
+        ZU += tl.dot(Z, tl.trans(U), input_precision=PREC)
+        dbe += tl.sum(Z * V, 1)
+    same = cc[:, None] == cc[None, :]
+    dA = tl.where((oc[:, None] > oc[None, :]) & same, -ZU, 0.0)
+    dbe += tl.sum(dA * tl.dot(K, tl.trans(K), input_precision=PREC), 1)
+    tl.store(dbe_f + (b * T + t) * H + h, dbe, mask=tm)
+    dAb = be[:, None] * dA
+    dYU = tl.where((oc[:, None] >= oc[None, :]) & same, dYU, 0.0)
+    _st(dq_f, tl.dot(dYU, K, input_precision=PREC), b, h, start, 0, T, H, DK, C, DK)
+    Q = _ld(q, b, h, start, 0, T, H, DK, C, DK)
+    dK = tl.dot(tl.trans(dYU), Q, input_precision=PREC) + tl.dot(dAb, K, input_precision=PREC) + tl.dot(
+        tl.trans(dAb), K, input_precision=PREC)
+    _st(dk_f, dK, b, h, start, 0, T, H, DK, C, DK)
+
+
+@triton.jit
+def _chunk_bwd_dqk_kernel(
+    k, beta, cseg, tinv, ckpt, dckpt, u, du, dy, dq_f, dk_f, dbe_f,
+    dq, dk, dbeta,
+    T, H,
+    DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr,
+):
+    """Per chunk, in parallel: the parts of dq, dk, dbeta through the chunk-initial state S and the
+    chunk-final state gradient dS_out (dq: m dY S^T; dk: last U dS_out^T - m beta Z S^T; dbeta:
+    -m rowsum(Z S^T * K)), plus dq_f, dk_f, dbe_f."""
+    n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    NT = (T + C - 1) // C
+    start = n * C
+    oc = tl.arange(0, C)
+    ok = tl.arange(0, DK)
+    t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
+    be = tl.load(beta + (b * T + t) * H + h, mask=tm, other=0.0).to(tl.float32)
     Tinv = tl.load(tinv + (pid_bh.to(tl.int64) * NT + n) * C * C + oc[:, None] * C + oc[None, :])
     cbase = (pid_bh.to(tl.int64) * NT + n) * DK * DV
     dQ = tl.zeros([C, DK], dtype=tl.float32)
     dK = tl.zeros([C, DK], dtype=tl.float32)
-    dYU = tl.zeros([C, C], dtype=tl.float32)
-    ZU = tl.zeros([C, C], dtype=tl.float32)
-    dbe = tl.zeros([C], dtype=tl.float32)
+    ZS = tl.zeros([C, DK], dtype=tl.float32)
     for j in range(DV // BV):
         stile = (j * BV + tl.arange(0, BV))[None, :] * DK + ok[:, None]
         S = tl.load(ckpt + cbase + stile)
@@ -239,28 +285,18 @@ def _chunk_bwd_dqk_kernel(
         U = _ld(u, b, h, start, j * BV, T, H, DV, C, BV)
         dU = _ld(du, b, h, start, j * BV, T, H, DV, C, BV)
         dY = _ld(dy, b, h, start, j * BV, T, H, DV, C, BV)
-        V = _ld(v, b, h, start, j * BV, T, H, DV, C, BV)
-        dYU += tl.dot(dY, tl.trans(U), input_precision=PREC)
-        dQ += tl.where(m[:, None], tl.dot(dY, tl.trans(S), input_precision=PREC), 0.0)
+        dQ += tl.dot(tl.where(m[:, None], dY, 0.0), tl.trans(S), input_precision=PREC)
         Z = tl.dot(tl.trans(Tinv), dU, input_precision=PREC)
-        _st(dv, (be[:, None] * Z).to(dv.dtype.element_ty), b, h, start, j * BV, T, H, DV, C, BV)
-        ZU += tl.dot(Z, tl.trans(U), input_precision=PREC)
-        KS = tl.dot(K, S, input_precision=PREC)
-        dbe += tl.sum(Z * (V - tl.where(m[:, None], KS, 0.0)), 1)
-        mbZ = tl.where(m[:, None], be[:, None] * Z, 0.0)
-        dK += tl.where(last[:, None], tl.dot(U, tl.trans(dSo), input_precision=PREC), 0.0) - tl.dot(
-            mbZ, tl.trans(S), input_precision=PREC)
-    same = cc[:, None] == cc[None, :]
-    dYU = tl.where((oc[:, None] >= oc[None, :]) & same, dYU, 0.0)
-    dQ += tl.dot(dYU, K, input_precision=PREC)
-    dK += tl.dot(tl.trans(dYU), Q, input_precision=PREC)
-    dA = tl.where((oc[:, None] > oc[None, :]) & same, -ZU, 0.0)
-    dbe += tl.sum(dA * tl.dot(K, tl.trans(K), input_precision=PREC), 1)
-    dAb = be[:, None] * dA
-    dK += tl.dot(dAb, K, input_precision=PREC) + tl.dot(tl.trans(dAb), K, input_precision=PREC)
+        ZS += tl.dot(Z, tl.trans(S), input_precision=PREC)
+        dK += tl.dot(tl.where(last[:, None], U, 0.0), tl.trans(dSo), input_precision=PREC)
+    dQ += _ld(dq_f, b, h, start, 0, T, H, DK, C, DK)
     _st(dq, dQ.to(dq.dtype.element_ty), b, h, start, 0, T, H, DK, C, DK)
-    _st(dk, dK.to(dk.dtype.element_ty), b, h, start, 0, T, H, DK, C, DK)
+    ZS = tl.where(m[:, None], ZS, 0.0)
+    dbe = tl.load(dbe_f + (b * T + t) * H + h, mask=tm, other=0.0) - tl.sum(
+        ZS * _ld(k, b, h, start, 0, T, H, DK, C, DK), 1)
     tl.store(dbeta + (b * T + t) * H + h, dbe.to(dbeta.dtype.element_ty), mask=tm)
+    dK += _ld(dk_f, b, h, start, 0, T, H, DK, C, DK) - be[:, None] * ZS
+    _st(dk, dK.to(dk.dtype.element_ty), b, h, start, 0, T, H, DK, C, DK)
 
 
 def pick_bv(dk: int, dv: int) -> int:
@@ -326,11 +362,17 @@ class ChunkDeltaRule(torch.autograd.Function):
         _chunk_bwd_kernel[(nv, B * H)](
             q, k, cseg, wm, dy, dwT, dckpt, du, dw0, T, H, **cx, HAS_DWT=has_dwT, num_warps=SEQ_WARPS,
         )
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        dbeta = torch.empty_like(beta)
+        dv, dbeta = torch.empty_like(v), torch.empty_like(beta)
+        dq_f, dk_f = torch.empty(B, T, H, DK, **f32), torch.empty(B, T, H, DK, **f32)
+        dbe_f = torch.empty(B, T, H, **f32)
+        warps = pick_warps(DK, bv, C)
+        _chunk_bwd_wy_kernel[(NT, B * H)](
+            q, k, v, beta, cseg, tinv, u, du, dy, dv, dbe_f, dq_f, dk_f, T, H, **cx, num_warps=warps,
+        )
+        dq, dk = torch.empty_like(q), torch.empty_like(k)
         _chunk_bwd_dqk_kernel[(NT, B * H)](
-            q, k, v, beta, cseg, tinv, ckpt, dckpt, u, du, dy, dq, dk, dv, dbeta, T, H, **cx,
-            num_warps=pick_warps(DK, bv, C),
+            k, beta, cseg, tinv, ckpt, dckpt, u, du, dy, dq_f, dk_f, dbe_f, dq, dk, dbeta, T, H, **cx,
+            num_warps=warps,
         )
         return (dq, dk, dv, dbeta, dw0.to(w0_dtype) if has_w0 else None, None, None, None, None)
 
@@ -399,8 +441,12 @@ def compile_specs(d, KernelSpec, sig, chunk_size=DEFAULT_CHUNK, precision="tf32"
                    sig(f"q:{x},k:{x},cseg:*i32,wm:*fp32,dy:{x},dwT:*fp32,dckpt:*fp32,du:*fp32,dw0:*fp32,{tail},"
                        "HAS_DWT:constexpr,PREC:constexpr"),
                    dict(cx, HAS_DWT=True), SEQ_WARPS, lab),
+        KernelSpec("chunk_delta_bwd_wy", _chunk_bwd_wy_kernel,
+                   sig(f"q:{x},k:{x},v:{x},beta:{x},cseg:*i32,tinv:*fp32,u:*fp32,du:*fp32,dy:{x},"
+                       f"dv:{x},dbe_f:*fp32,dq_f:*fp32,dk_f:*fp32,{tail},PREC:constexpr"),
+                   dict(cx), w, lab),
         KernelSpec("chunk_delta_bwd_dqk", _chunk_bwd_dqk_kernel,
-                   sig(f"q:{x},k:{x},v:{x},beta:{x},cseg:*i32,tinv:*fp32,ckpt:*fp32,dckpt:*fp32,u:*fp32,du:*fp32,"
-                       f"dy:{x},dq:{x},dk:{x},dv:{x},dbeta:{x},{tail},PREC:constexpr"),
+                   sig(f"k:{x},beta:{x},cseg:*i32,tinv:*fp32,ckpt:*fp32,dckpt:*fp32,u:*fp32,du:*fp32,dy:{x},"
+                       f"dq_f:*fp32,dk_f:*fp32,dbe_f:*fp32,dq:{x},dk:{x},dbeta:{x},{tail},PREC:constexpr"),
                    dict(cx), w, lab),
     ]
