@@ -299,16 +299,17 @@ def _chunk_bwd_dqk_kernel(
     _st(dk, dK.to(dk.dtype.element_ty), b, h, start, 0, T, H, DK, C, DK)
 
 
-def pick_bv(dk: int, dv: int) -> int:
-    return min(dv, 32)
+def pick_bv(dk: int, dv: int, c: int = 16) -> int:
+    """Value block: the grid of the two sequential passes and the inner loop of the chunk-parallel kernels."""
+    return min(dv, 32 if c <= 32 else 16)
 
 
 def pick_warps(dk: int, bv: int, c: int) -> int:
-    """Warps of the chunk-parallel kernels (prep, output, dq/dk)."""
     return 4 if c <= 32 else 8
 
 
-SEQ_WARPS = 4  # the two sequential state passes
+def pick_stages(c: int) -> int:
+    return 3 if c <= 32 else 2
 
 
 DEFAULT_CHUNK = 16  # see cuda/NOTES.md: C=32/64 spill registers in this version
@@ -328,15 +329,16 @@ class ChunkDeltaRule(torch.autograd.Function):
         wm = torch.empty(B, T, H, DK, **f32)
         u = torch.empty(B, T, H, DV, **f32)  # Uv from the pre-pass, overwritten with U by the state pass
         cx = dict(DK=DK, DV=DV, BV=bv, C=C, PREC=precision)
-        _chunk_prep_kernel[(NT, B * H)](k, v, beta, cseg, tinv, wm, u, T, H, **cx, num_warps=pick_warps(DK, bv, C))
+        launch = dict(num_warps=pick_warps(DK, bv, C), num_stages=pick_stages(C))
+        _chunk_prep_kernel[(NT, B * H)](k, v, beta, cseg, tinv, wm, u, T, H, **cx, **launch)
         wT = torch.empty(B, H, DV, DK, **f32)
         ckpt = torch.empty(B, H, NT, DV, DK, **f32)
         has_w0 = w0 is not None
         _chunk_fwd_kernel[(nv, B * H)](
-            k, cseg, w0 if has_w0 else wT, wm, u, wT, ckpt, T, H, **cx, HAS_W0=has_w0, num_warps=SEQ_WARPS,
+            k, cseg, w0 if has_w0 else wT, wm, u, wT, ckpt, T, H, **cx, HAS_W0=has_w0, **launch,
         )
         y = torch.empty(B, T, H, DV, device=dev, dtype=q.dtype)
-        _chunk_out_kernel[(NT, B * H)](q, k, cseg, ckpt, u, y, T, H, **cx, num_warps=pick_warps(DK, bv, C))
+        _chunk_out_kernel[(NT, B * H)](q, k, cseg, ckpt, u, y, T, H, **cx, **launch)
         ctx.cfg = (C, precision, bv, has_w0, None if w0 is None else w0.dtype)
         ctx.save_for_backward(q, k, v, beta, cseg, tinv, wm, ckpt, u)
         state_dtype = q.dtype if w0 is None else w0.dtype
@@ -359,20 +361,20 @@ class ChunkDeltaRule(torch.autograd.Function):
         dckpt = torch.empty(B, H, NT, DV, DK, **f32)
         du = torch.empty(B, T, H, DV, **f32)
         cx = dict(DK=DK, DV=DV, BV=bv, C=C, PREC=precision)
+        launch = dict(num_warps=pick_warps(DK, bv, C), num_stages=pick_stages(C))
         _chunk_bwd_kernel[(nv, B * H)](
-            q, k, cseg, wm, dy, dwT, dckpt, du, dw0, T, H, **cx, HAS_DWT=has_dwT, num_warps=SEQ_WARPS,
+            q, k, cseg, wm, dy, dwT, dckpt, du, dw0, T, H, **cx, HAS_DWT=has_dwT, **launch,
         )
         dv, dbeta = torch.empty_like(v), torch.empty_like(beta)
         dq_f, dk_f = torch.empty(B, T, H, DK, **f32), torch.empty(B, T, H, DK, **f32)
         dbe_f = torch.empty(B, T, H, **f32)
-        warps = pick_warps(DK, bv, C)
         _chunk_bwd_wy_kernel[(NT, B * H)](
-            q, k, v, beta, cseg, tinv, u, du, dy, dv, dbe_f, dq_f, dk_f, T, H, **cx, num_warps=warps,
+            q, k, v, beta, cseg, tinv, u, du, dy, dv, dbe_f, dq_f, dk_f, T, H, **cx, **launch,
         )
         dq, dk = torch.empty_like(q), torch.empty_like(k)
         _chunk_bwd_dqk_kernel[(NT, B * H)](
             k, beta, cseg, tinv, ckpt, dckpt, u, du, dy, dq_f, dk_f, dbe_f, dq, dk, dbeta, T, H, **cx,
-            num_warps=warps,
+            **launch,
         )
         return (dq, dk, dv, dbeta, dw0.to(w0_dtype) if has_w0 else None, None, None, None, None)
 
@@ -411,7 +413,7 @@ def chunk_delta_rule(q, k, v, beta, initial_state=None, done=None, chunk_size=DE
             raise ValueError(f"initial_state must be [B,H,dv,dk]={[B, H, DV, DK]}, got {list(initial_state.shape)}")
         initial_state = initial_state.contiguous()
     check_device(q, k, v, beta, done, *([initial_state] if initial_state is not None else []))
-    bv = pick_bv(DK, DV) if block_v is None else block_v
+    bv = pick_bv(DK, DV, chunk_size) if block_v is None else block_v
     if bv < 16 or DV % bv or bv & (bv - 1):
         raise ValueError(f"block_v={bv} must be a power of two >= 16 dividing dv={DV}")
     return ChunkDeltaRule.apply(q.contiguous(), k.contiguous(), v.contiguous(), beta.contiguous(),
@@ -421,32 +423,33 @@ def chunk_delta_rule(q, k, v, beta, initial_state=None, done=None, chunk_size=DE
 def compile_specs(d, KernelSpec, sig, chunk_size=DEFAULT_CHUNK, precision="tf32", dtype="fp32"):
     """The five chunked kernels at dk = dv = d (fwd: prep, state pass, output; bwd: state-gradient pass, dq/dk/dv/dbeta)."""
     x = f"*{dtype}"
-    bv = pick_bv(d, d)
+    bv = pick_bv(d, d, chunk_size)
     w = pick_warps(d, bv, chunk_size)
+    ns = pick_stages(chunk_size)
     lab = f"d={d} C={chunk_size} BV={bv} {precision} {dtype}"
     cx = dict(DK=d, DV=d, BV=bv, C=chunk_size, PREC=precision)
     tail = "T:i32,H:i32,DK:constexpr,DV:constexpr,BV:constexpr,C:constexpr"
     return [
         KernelSpec("chunk_delta_prep", _chunk_prep_kernel,
                    sig(f"k:{x},v:{x},beta:{x},cseg:*i32,tinv:*fp32,wm:*fp32,uv:*fp32,{tail},PREC:constexpr"),
-                   dict(cx), w, lab),
+                   dict(cx), w, lab, ns),
         KernelSpec("chunk_delta_fwd", _chunk_fwd_kernel,
                    sig(f"k:{x},cseg:*i32,w0:*fp32,wm:*fp32,u:*fp32,wT:*fp32,ckpt:*fp32,{tail},"
                        "HAS_W0:constexpr,PREC:constexpr"),
-                   dict(cx, HAS_W0=True), SEQ_WARPS, lab),
+                   dict(cx, HAS_W0=True), w, lab, ns),
         KernelSpec("chunk_delta_out", _chunk_out_kernel,
                    sig(f"q:{x},k:{x},cseg:*i32,ckpt:*fp32,u:*fp32,y:{x},{tail},PREC:constexpr"),
-                   dict(cx), w, lab),
+                   dict(cx), w, lab, ns),
         KernelSpec("chunk_delta_bwd", _chunk_bwd_kernel,
                    sig(f"q:{x},k:{x},cseg:*i32,wm:*fp32,dy:{x},dwT:*fp32,dckpt:*fp32,du:*fp32,dw0:*fp32,{tail},"
                        "HAS_DWT:constexpr,PREC:constexpr"),
-                   dict(cx, HAS_DWT=True), SEQ_WARPS, lab),
+                   dict(cx, HAS_DWT=True), w, lab, ns),
         KernelSpec("chunk_delta_bwd_wy", _chunk_bwd_wy_kernel,
                    sig(f"q:{x},k:{x},v:{x},beta:{x},cseg:*i32,tinv:*fp32,u:*fp32,du:*fp32,dy:{x},"
                        f"dv:{x},dbe_f:*fp32,dq_f:*fp32,dk_f:*fp32,{tail},PREC:constexpr"),
-                   dict(cx), w, lab),
+                   dict(cx), w, lab, ns),
         KernelSpec("chunk_delta_bwd_dqk", _chunk_bwd_dqk_kernel,
                    sig(f"k:{x},beta:{x},cseg:*i32,tinv:*fp32,ckpt:*fp32,dckpt:*fp32,u:*fp32,du:*fp32,dy:{x},"
                        f"dq_f:*fp32,dk_f:*fp32,dbe_f:*fp32,dq:{x},dk:{x},dbeta:{x},{tail},PREC:constexpr"),
-                   dict(cx), w, lab),
+                   dict(cx), w, lab, ns),
     ]
