@@ -274,7 +274,7 @@ def _check_reports(reports):
     for kind in ("sum", "delta", "gated"):
         assert {f"fused_{kind}_fwd", f"fused_{kind}_bwd"} <= names
     assert {"rec_delta_fwd", "rec_delta_bwd", "delta_rnn_fwd", "delta_rnn_bwd"} <= names
-    assert {f"chunk_delta_{p}" for p in ("prep", "fwd", "out", "bwd", "bwd_wy", "bwd_dqk")} <= names
+    assert {f"chunk_delta_{p}" for p in ("prep", "fwd", "out", "bwd_prep", "bwd", "bwd_wy", "bwd_dqk")} <= names
     assert {r["arch"] for r in reports} == {80, 90}
     assert all(r["regs"] > 0 for r in reports)
     bad = [r for r in reports if r["d"] <= 64 and r["spill_stores"] + r["spill_loads"] > 0]

@@ -163,6 +163,29 @@ def _chunk_out_kernel(
 
 
 @triton.jit
+def _chunk_bwd_prep_kernel(
+    q, k, cseg, dy, du,
+    T, H,
+    DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr,
+):
+    """Per chunk, in parallel: the intra-chunk part of dU, ((Q K^T) * L)^T dY."""
+    n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    start = n * C
+    oc = tl.arange(0, C)
+    t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
+    Q = _ld(q, b, h, start, 0, T, H, DK, C, DK)
+    K = _ld(k, b, h, start, 0, T, H, DK, C, DK)
+    incl = (oc[:, None] >= oc[None, :]) & (cc[:, None] == cc[None, :])
+    P = tl.where(incl, tl.dot(Q, tl.trans(K), input_precision=PREC), 0.0)
+    for j in range(DV // BV):
+        dY = _ld(dy, b, h, start, j * BV, T, H, DV, C, BV)
+        _st(du, tl.dot(tl.trans(P), dY, input_precision=PREC), b, h, start, j * BV, T, H, DV, C, BV)
+
+
+@triton.jit
 def _chunk_bwd_kernel(
     q, k, cseg, wm, dy, dwT, dckpt, du, dw0,
     T, H,
@@ -170,13 +193,12 @@ def _chunk_bwd_kernel(
     HAS_DWT: tl.constexpr, PREC: tl.constexpr,
 ):
     """Sequential over chunks in reverse, carrying only the [DK, BV] state gradient dS:
-    dU = ((Q K^T) * L)^T dY + last * (K dS),  dS <- g dS + Q^T (m * dY) - Wm^T dU.
-    Saves dU and the gradient of every chunk-final state."""
+    dU = ((Q K^T) * L)^T dY + last * (K dS) (the first term from the pre-pass, in du; dU overwrites it),
+    dS <- g dS + Q^T (m * dY) - Wm^T dU. Saves the gradient of every chunk-final state."""
     pid_v = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
     h = pid_bh % H
-    oc = tl.arange(0, C)
     ok = tl.arange(0, DK)
     ov = pid_v * BV + tl.arange(0, BV)
     stile = ov[None, :] * DK + ok[:, None]
@@ -194,9 +216,7 @@ def _chunk_bwd_kernel(
         Q = _ld(q, b, h, start, 0, T, H, DK, C, DK)
         K = _ld(k, b, h, start, 0, T, H, DK, C, DK)
         dY = _ld(dy, b, h, start, pid_v * BV, T, H, DV, C, BV)
-        incl = (oc[:, None] >= oc[None, :]) & (cc[:, None] == cc[None, :])
-        P = tl.where(incl, tl.dot(Q, tl.trans(K), input_precision=PREC), 0.0)
-        dU = tl.dot(tl.trans(P), dY, input_precision=PREC) + tl.where(
+        dU = _ld(du, b, h, start, pid_v * BV, T, H, DV, C, BV) + tl.where(
             last[:, None], tl.dot(K, dS, input_precision=PREC), 0.0)
         _st(du, dU, b, h, start, pid_v * BV, T, H, DV, C, BV)
         Wm = _ld(wm, b, h, start, 0, T, H, DK, C, DK)
@@ -304,8 +324,12 @@ def pick_bv(dk: int, dv: int, c: int = 16) -> int:
     return min(dv, 32 if c <= 32 else 16)
 
 
-def pick_warps(dk: int, bv: int, c: int) -> int:
-    return 4 if c <= 32 else 8
+def pick_warps(dk: int, bv: int, c: int, precision: str = "tf32", sequential: bool = False) -> int:
+    # exact fp32 ("ieee") products are FMA loops that hold whole operand rows/columns per thread:
+    # the sequential passes at dk=64 need 8 warps to stay under 255 registers
+    if c > 32 or (sequential and precision == "ieee" and dk >= 64):
+        return 8
+    return 4
 
 
 def pick_stages(c: int) -> int:
@@ -329,13 +353,14 @@ class ChunkDeltaRule(torch.autograd.Function):
         wm = torch.empty(B, T, H, DK, **f32)
         u = torch.empty(B, T, H, DV, **f32)  # Uv from the pre-pass, overwritten with U by the state pass
         cx = dict(DK=DK, DV=DV, BV=bv, C=C, PREC=precision)
-        launch = dict(num_warps=pick_warps(DK, bv, C), num_stages=pick_stages(C))
+        launch = dict(num_warps=pick_warps(DK, bv, C, precision), num_stages=pick_stages(C))
+        seq = dict(launch, num_warps=pick_warps(DK, bv, C, precision, sequential=True))
         _chunk_prep_kernel[(NT, B * H)](k, v, beta, cseg, tinv, wm, u, T, H, **cx, **launch)
         wT = torch.empty(B, H, DV, DK, **f32)
         ckpt = torch.empty(B, H, NT, DV, DK, **f32)
         has_w0 = w0 is not None
         _chunk_fwd_kernel[(nv, B * H)](
-            k, cseg, w0 if has_w0 else wT, wm, u, wT, ckpt, T, H, **cx, HAS_W0=has_w0, **launch,
+            k, cseg, w0 if has_w0 else wT, wm, u, wT, ckpt, T, H, **cx, HAS_W0=has_w0, **seq,
         )
         y = torch.empty(B, T, H, DV, device=dev, dtype=q.dtype)
         _chunk_out_kernel[(NT, B * H)](q, k, cseg, ckpt, u, y, T, H, **cx, **launch)
@@ -361,9 +386,11 @@ class ChunkDeltaRule(torch.autograd.Function):
         dckpt = torch.empty(B, H, NT, DV, DK, **f32)
         du = torch.empty(B, T, H, DV, **f32)
         cx = dict(DK=DK, DV=DV, BV=bv, C=C, PREC=precision)
-        launch = dict(num_warps=pick_warps(DK, bv, C), num_stages=pick_stages(C))
+        launch = dict(num_warps=pick_warps(DK, bv, C, precision), num_stages=pick_stages(C))
+        seq = dict(launch, num_warps=pick_warps(DK, bv, C, precision, sequential=True))
+        _chunk_bwd_prep_kernel[(NT, B * H)](q, k, cseg, dy, du, T, H, **cx, **launch)
         _chunk_bwd_kernel[(nv, B * H)](
-            q, k, cseg, wm, dy, dwT, dckpt, du, dw0, T, H, **cx, HAS_DWT=has_dwT, **launch,
+            q, k, cseg, wm, dy, dwT, dckpt, du, dw0, T, H, **cx, HAS_DWT=has_dwT, **seq,
         )
         dv, dbeta = torch.empty_like(v), torch.empty_like(beta)
         dq_f, dk_f = torch.empty(B, T, H, DK, **f32), torch.empty(B, T, H, DK, **f32)
@@ -420,11 +447,16 @@ def chunk_delta_rule(q, k, v, beta, initial_state=None, done=None, chunk_size=DE
                                 initial_state, done, chunk_size, precision, bv)
 
 
-def compile_specs(d, KernelSpec, sig, chunk_size=DEFAULT_CHUNK, precision="tf32", dtype="fp32"):
-    """The five chunked kernels at dk = dv = d (fwd: prep, state pass, output; bwd: state-gradient pass, dq/dk/dv/dbeta)."""
+def compile_specs(d, KernelSpec, sig, chunk_size=DEFAULT_CHUNK, precision=None, dtype="fp32"):
+    """The chunked kernels at dk = dv = d. Forward: prep (T^{-1}, Wm, Uv), state pass, output; backward:
+    prep (intra-chunk dU), state-gradient pass, wy (dv, intra-chunk dq/dk/dbeta), dqk (state terms).
+    precision defaults as in chunk_delta_rule: "ieee" for fp32 inputs, "tf32" for bf16."""
+    if precision is None:
+        precision = "ieee" if dtype == "fp32" else "tf32"
     x = f"*{dtype}"
     bv = pick_bv(d, d, chunk_size)
-    w = pick_warps(d, bv, chunk_size)
+    w = pick_warps(d, bv, chunk_size, precision)
+    ws = pick_warps(d, bv, chunk_size, precision, sequential=True)
     ns = pick_stages(chunk_size)
     lab = f"d={d} C={chunk_size} BV={bv} {precision} {dtype}"
     cx = dict(DK=d, DV=d, BV=bv, C=chunk_size, PREC=precision)
@@ -436,14 +468,17 @@ def compile_specs(d, KernelSpec, sig, chunk_size=DEFAULT_CHUNK, precision="tf32"
         KernelSpec("chunk_delta_fwd", _chunk_fwd_kernel,
                    sig(f"k:{x},cseg:*i32,w0:*fp32,wm:*fp32,u:*fp32,wT:*fp32,ckpt:*fp32,{tail},"
                        "HAS_W0:constexpr,PREC:constexpr"),
-                   dict(cx, HAS_W0=True), w, lab, ns),
+                   dict(cx, HAS_W0=True), ws, lab, ns),
         KernelSpec("chunk_delta_out", _chunk_out_kernel,
                    sig(f"q:{x},k:{x},cseg:*i32,ckpt:*fp32,u:*fp32,y:{x},{tail},PREC:constexpr"),
+                   dict(cx), w, lab, ns),
+        KernelSpec("chunk_delta_bwd_prep", _chunk_bwd_prep_kernel,
+                   sig(f"q:{x},k:{x},cseg:*i32,dy:{x},du:*fp32,{tail},PREC:constexpr"),
                    dict(cx), w, lab, ns),
         KernelSpec("chunk_delta_bwd", _chunk_bwd_kernel,
                    sig(f"q:{x},k:{x},cseg:*i32,wm:*fp32,dy:{x},dwT:*fp32,dckpt:*fp32,du:*fp32,dw0:*fp32,{tail},"
                        "HAS_DWT:constexpr,PREC:constexpr"),
-                   dict(cx, HAS_DWT=True), w, lab, ns),
+                   dict(cx, HAS_DWT=True), ws, lab, ns),
         KernelSpec("chunk_delta_bwd_wy", _chunk_bwd_wy_kernel,
                    sig(f"q:{x},k:{x},v:{x},beta:{x},cseg:*i32,tinv:*fp32,u:*fp32,du:*fp32,dy:{x},"
                        f"dv:{x},dbe_f:*fp32,dq_f:*fp32,dk_f:*fp32,{tail},PREC:constexpr"),
