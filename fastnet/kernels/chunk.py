@@ -227,14 +227,15 @@ def _chunk_bwd_kernel(
 
 @triton.jit
 def _chunk_bwd_wy_kernel(
-    q, k, v, beta, cseg, tinv, u, du, dy,
-    dv, dbe_f, dq_f, dk_f,
+    k, v, beta, cseg, tinv, u, du, dy,
+    dv, dbe_f, dyu_s, dab_s,
     T, H,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr,
 ):
-    """Per chunk, in parallel: Z = T^{-T} dU, dv = beta Z, and the intra-chunk parts of dq, dk, dbeta
-    (through (Q K^T) * L, A = beta K K^T and beta V), written to fp32 dq_f, dk_f, dbe_f. Value blocks are
-    summed in the program through the [C, C] products dY U^T and Z U^T only."""
+    """Per chunk, in parallel: Z = T^{-T} dU, dv = beta Z, the intra-chunk part of dbeta (through
+    A = beta K K^T and beta V; fp32 dbe_f), and the [C, C] gradients dP = (dY U^T) * L and beta dA
+    (dyu_s, dab_s) from which bwd_dqk forms the intra-chunk dq, dk. Value blocks are summed in the
+    program through the [C, C] products dY U^T and Z U^T only."""
     n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
@@ -245,8 +246,8 @@ def _chunk_bwd_wy_kernel(
     ok = tl.arange(0, DK)
     t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
     be = tl.load(beta + (b * T + t) * H + h, mask=tm, other=0.0).to(tl.float32)
-    K = _ld(k, b, h, start, 0, T, H, DK, C, DK)
-    Tinv = tl.load(tinv + (pid_bh.to(tl.int64) * NT + n) * C * C + oc[:, None] * C + oc[None, :])
+    ctile = (pid_bh.to(tl.int64) * NT + n) * C * C + oc[:, None] * C + oc[None, :]
+    Tinv = tl.load(tinv + ctile)
     dYU = tl.zeros([C, C], dtype=tl.float32)
     ZU = tl.zeros([C, C], dtype=tl.float32)
     dbe = tl.zeros([C], dtype=tl.float32)
@@ -262,27 +263,24 @@ def _chunk_bwd_wy_kernel(
         dbe += tl.sum(Z * V, 1)
     same = cc[:, None] == cc[None, :]
     dA = tl.where((oc[:, None] > oc[None, :]) & same, -ZU, 0.0)
+    tl.store(dab_s + ctile, be[:, None] * dA)
+    tl.store(dyu_s + ctile, tl.where((oc[:, None] >= oc[None, :]) & same, dYU, 0.0))
+    K = _ld(k, b, h, start, 0, T, H, DK, C, DK)
     dbe += tl.sum(dA * tl.dot(K, tl.trans(K), input_precision=PREC), 1)
     tl.store(dbe_f + (b * T + t) * H + h, dbe, mask=tm)
-    dAb = be[:, None] * dA
-    dYU = tl.where((oc[:, None] >= oc[None, :]) & same, dYU, 0.0)
-    _st(dq_f, tl.dot(dYU, K, input_precision=PREC), b, h, start, 0, T, H, DK, C, DK)
-    Q = _ld(q, b, h, start, 0, T, H, DK, C, DK)
-    dK = tl.dot(tl.trans(dYU), Q, input_precision=PREC) + tl.dot(dAb, K, input_precision=PREC) + tl.dot(
-        tl.trans(dAb), K, input_precision=PREC)
-    _st(dk_f, dK, b, h, start, 0, T, H, DK, C, DK)
 
 
 @triton.jit
 def _chunk_bwd_dqk_kernel(
-    k, beta, cseg, tinv, ckpt, dckpt, u, du, dy, dq_f, dk_f, dbe_f,
+    q, k, beta, cseg, tinv, ckpt, dckpt, u, du, dy, dyu_s, dab_s, dbe_f,
     dq, dk, dbeta,
     T, H,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr,
 ):
-    """Per chunk, in parallel: the parts of dq, dk, dbeta through the chunk-initial state S and the
-    chunk-final state gradient dS_out (dq: m dY S^T; dk: last U dS_out^T - m beta Z S^T; dbeta:
-    -m rowsum(Z S^T * K)), plus dq_f, dk_f, dbe_f."""
+    """Per chunk, in parallel: dq, dk, dbeta. Intra-chunk parts from bwd_wy's [C, C] gradients
+    (dq: dP K; dk: dP^T Q + beta dA K + (beta dA)^T K), then the parts through the chunk-initial state S
+    and the chunk-final state gradient dS_out (dq: m dY S^T; dk: last U dS_out^T - m beta Z S^T;
+    dbeta: dbe_f - m rowsum(Z S^T * K))."""
     n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
@@ -293,10 +291,15 @@ def _chunk_bwd_dqk_kernel(
     ok = tl.arange(0, DK)
     t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
     be = tl.load(beta + (b * T + t) * H + h, mask=tm, other=0.0).to(tl.float32)
-    Tinv = tl.load(tinv + (pid_bh.to(tl.int64) * NT + n) * C * C + oc[:, None] * C + oc[None, :])
+    ctile = (pid_bh.to(tl.int64) * NT + n) * C * C + oc[:, None] * C + oc[None, :]
+    dP = tl.load(dyu_s + ctile)
+    dAb = tl.load(dab_s + ctile)
+    K = _ld(k, b, h, start, 0, T, H, DK, C, DK)
+    dQ = tl.dot(dP, K, input_precision=PREC)
+    dK = tl.dot(dAb, K, input_precision=PREC) + tl.dot(tl.trans(dAb), K, input_precision=PREC)
+    dK += tl.dot(tl.trans(dP), _ld(q, b, h, start, 0, T, H, DK, C, DK), input_precision=PREC)
+    Tinv = tl.load(tinv + ctile)
     cbase = (pid_bh.to(tl.int64) * NT + n) * DK * DV
-    dQ = tl.zeros([C, DK], dtype=tl.float32)
-    dK = tl.zeros([C, DK], dtype=tl.float32)
     ZS = tl.zeros([C, DK], dtype=tl.float32)
     for j in range(DV // BV):
         stile = (j * BV + tl.arange(0, BV))[None, :] * DK + ok[:, None]
@@ -309,13 +312,12 @@ def _chunk_bwd_dqk_kernel(
         Z = tl.dot(tl.trans(Tinv), dU, input_precision=PREC)
         ZS += tl.dot(Z, tl.trans(S), input_precision=PREC)
         dK += tl.dot(tl.where(last[:, None], U, 0.0), tl.trans(dSo), input_precision=PREC)
-    dQ += _ld(dq_f, b, h, start, 0, T, H, DK, C, DK)
     _st(dq, dQ.to(dq.dtype.element_ty), b, h, start, 0, T, H, DK, C, DK)
     ZS = tl.where(m[:, None], ZS, 0.0)
     dbe = tl.load(dbe_f + (b * T + t) * H + h, mask=tm, other=0.0) - tl.sum(
         ZS * _ld(k, b, h, start, 0, T, H, DK, C, DK), 1)
     tl.store(dbeta + (b * T + t) * H + h, dbe.to(dbeta.dtype.element_ty), mask=tm)
-    dK += _ld(dk_f, b, h, start, 0, T, H, DK, C, DK) - be[:, None] * ZS
+    dK -= be[:, None] * ZS
     _st(dk, dK.to(dk.dtype.element_ty), b, h, start, 0, T, H, DK, C, DK)
 
 
@@ -393,14 +395,14 @@ class ChunkDeltaRule(torch.autograd.Function):
             q, k, cseg, wm, dy, dwT, dckpt, du, dw0, T, H, **cx, HAS_DWT=has_dwT, **seq,
         )
         dv, dbeta = torch.empty_like(v), torch.empty_like(beta)
-        dq_f, dk_f = torch.empty(B, T, H, DK, **f32), torch.empty(B, T, H, DK, **f32)
+        dyu_s, dab_s = torch.empty(B * H, NT, C, C, **f32), torch.empty(B * H, NT, C, C, **f32)
         dbe_f = torch.empty(B, T, H, **f32)
         _chunk_bwd_wy_kernel[(NT, B * H)](
-            q, k, v, beta, cseg, tinv, u, du, dy, dv, dbe_f, dq_f, dk_f, T, H, **cx, **launch,
+            k, v, beta, cseg, tinv, u, du, dy, dv, dbe_f, dyu_s, dab_s, T, H, **cx, **launch,
         )
         dq, dk = torch.empty_like(q), torch.empty_like(k)
         _chunk_bwd_dqk_kernel[(NT, B * H)](
-            k, beta, cseg, tinv, ckpt, dckpt, u, du, dy, dq_f, dk_f, dbe_f, dq, dk, dbeta, T, H, **cx,
+            q, k, beta, cseg, tinv, ckpt, dckpt, u, du, dy, dyu_s, dab_s, dbe_f, dq, dk, dbeta, T, H, **cx,
             **launch,
         )
         return (dq, dk, dv, dbeta, dw0.to(w0_dtype) if has_w0 else None, None, None, None, None)
@@ -480,11 +482,11 @@ def compile_specs(d, KernelSpec, sig, chunk_size=DEFAULT_CHUNK, precision=None, 
                        "HAS_DWT:constexpr,PREC:constexpr"),
                    dict(cx, HAS_DWT=True), ws, lab, ns),
         KernelSpec("chunk_delta_bwd_wy", _chunk_bwd_wy_kernel,
-                   sig(f"q:{x},k:{x},v:{x},beta:{x},cseg:*i32,tinv:*fp32,u:*fp32,du:*fp32,dy:{x},"
-                       f"dv:{x},dbe_f:*fp32,dq_f:*fp32,dk_f:*fp32,{tail},PREC:constexpr"),
+                   sig(f"k:{x},v:{x},beta:{x},cseg:*i32,tinv:*fp32,u:*fp32,du:*fp32,dy:{x},"
+                       f"dv:{x},dbe_f:*fp32,dyu_s:*fp32,dab_s:*fp32,{tail},PREC:constexpr"),
                    dict(cx), w, lab, ns),
         KernelSpec("chunk_delta_bwd_dqk", _chunk_bwd_dqk_kernel,
-                   sig(f"k:{x},beta:{x},cseg:*i32,tinv:*fp32,ckpt:*fp32,dckpt:*fp32,u:*fp32,du:*fp32,dy:{x},"
-                       f"dq_f:*fp32,dk_f:*fp32,dbe_f:*fp32,dq:{x},dk:{x},dbeta:{x},{tail},PREC:constexpr"),
+                   sig(f"q:{x},k:{x},beta:{x},cseg:*i32,tinv:*fp32,ckpt:*fp32,dckpt:*fp32,u:*fp32,du:*fp32,dy:{x},"
+                       f"dyu_s:*fp32,dab_s:*fp32,dbe_f:*fp32,dq:{x},dk:{x},dbeta:{x},{tail},PREC:constexpr"),
                    dict(cx), w, lab, ns),
     ]
