@@ -327,11 +327,15 @@ def pick_bv(dk: int, dv: int, c: int = 16) -> int:
 
 
 def pick_warps(dk: int, bv: int, c: int, precision: str = "tf32", sequential: bool = False) -> int:
-    # exact fp32 ("ieee") products are FMA loops that hold whole operand rows/columns per thread:
-    # the sequential passes at dk=64 need 8 warps to stay under 255 registers
-    if c > 32 or (sequential and precision == "ieee" and dk >= 64):
+    """Warps per program, chosen from the sm_80/sm_90 compile sweep (cuda/NOTES.md): fewest without spills.
+
+    Exact fp32 ("ieee") products are FMA loops that hold whole operand rows/columns per thread, so
+    they take 8 warps except in the small sequential passes."""
+    if c > 32:
         return 8
-    return 4
+    if precision == "ieee":
+        return 8 if (not sequential or dk * c >= 1024) else 4
+    return 8 if (c == 32 and not sequential) else 4
 
 
 def pick_stages(c: int) -> int:
