@@ -14,10 +14,28 @@ chunk-initial state only if c_i = c_{start-1} (m); the state leaves the chunk on
 the last segment (last) and the chunk-initial state survives only if no reset fell in the
 chunk (g). So no fallback is needed for resets.
 
-One program owns one (b, h) and a block of BV value columns of S, and walks the chunks in
-order (forward) or in reverse (backward). Forward saves the chunk-initial states
-([B,H,ceil(T/C),dk,dv] fp32: O(B*H*d^2*T/C)) and U ([B,T,H,dv] fp32); backward recomputes
-T^{-1} per chunk. dq, dk, dbeta sum over value blocks (fp32 partials, summed on the host).
+Seven kernels, so that only the [dk, BV] state (or its gradient) is carried through the
+sequential loops and every per-chunk product runs in a chunk-parallel grid (as in
+flash-linear-attention's chunk_delta_rule). With U = Uv - Wm S, Uv = T^{-1} diag(beta) V,
+Wm = T^{-1} diag(beta m) K:
+
+  forward   prep     (chunks in parallel)  T^{-1}, Wm, Uv
+            fwd      (sequential, dv/BV x B*H programs)  save S, U = Uv - Wm S, S <- g S + K^T (last U)
+            out      (chunks in parallel)  Y = m (Q S) + ((Q K^T) * L) U
+  backward  bwd_prep (chunks in parallel)  dU_loc = ((Q K^T) * L)^T dY
+            bwd      (sequential, reverse)  save dS_out, dU = dU_loc + last (K dS_out),
+                                            dS <- g dS_out + Q^T (m dY) - Wm^T dU
+            bwd_wy   (chunks in parallel)  Z = T^{-T} dU, dv = beta Z, dP = (dY U^T) * L,
+                                            beta dA (dA = -(Z U^T) * strict), dbeta (A and V terms)
+            bwd_dqk  (chunks in parallel)  dq = dP K + m dY S^T,
+                                            dk = dP^T Q + beta dA K + (beta dA)^T K + last U dS_out^T - m beta Z S^T,
+                                            dbeta -= m rowsum((Z S^T) * K)
+The parallel kernels loop over value blocks of BV inside the program, so dq, dk, dbeta need no
+partial sums. Saved for backward: chunk-initial states ([B,H,ceil(T/C),dv,dk] fp32:
+O(B*H*d^2*T/C)), T^{-1} ([B*H,ceil(T/C),C,C]), Wm ([B,T,H,dk]) and U ([B,T,H,dv]), all fp32;
+backward adds the chunk-final state gradients (same size as the states), dU and two [C,C]
+per chunk. T^{-1} is by forward substitution (exact; the C-step loop runs in the parallel
+prep kernel only).
 """
 from __future__ import annotations
 
@@ -342,7 +360,7 @@ def pick_stages(c: int) -> int:
     return 3 if c <= 32 else 2
 
 
-DEFAULT_CHUNK = 16  # see cuda/NOTES.md: C=32/64 spill registers in this version
+DEFAULT_CHUNK = 16  # C=64 still spills in some builds (cuda/NOTES.md)
 
 
 class ChunkDeltaRule(torch.autograd.Function):
