@@ -14,10 +14,28 @@ chunk-initial state only if c_i = c_{start-1} (m); the state leaves the chunk on
 the last segment (last) and the chunk-initial state survives only if no reset fell in the
 chunk (g). So no fallback is needed for resets.
 
-One program owns one (b, h) and a block of BV value columns of S, and walks the chunks in
-order (forward) or in reverse (backward). Forward saves the chunk-initial states
-([B,H,ceil(T/C),dk,dv] fp32: O(B*H*d^2*T/C)) and U ([B,T,H,dv] fp32); backward recomputes
-T^{-1} per chunk. dq, dk, dbeta sum over value blocks (fp32 partials, summed on the host).
+Seven kernels, so that only the [dk, BV] state (or its gradient) is carried through the
+sequential loops and every per-chunk product runs in a chunk-parallel grid (as in
+flash-linear-attention's chunk_delta_rule). With U = Uv - Wm S, Uv = T^{-1} diag(beta) V,
+Wm = T^{-1} diag(beta m) K:
+
+  forward   prep     (chunks in parallel)  T^{-1}, Wm, Uv
+            fwd      (sequential, dv/BV x B*H programs)  save S, U = Uv - Wm S, S <- g S + K^T (last U)
+            out      (chunks in parallel)  Y = m (Q S) + ((Q K^T) * L) U
+  backward  bwd_prep (chunks in parallel)  dU_loc = ((Q K^T) * L)^T dY
+            bwd      (sequential, reverse)  save dS_out, dU = dU_loc + last (K dS_out),
+                                            dS <- g dS_out + Q^T (m dY) - Wm^T dU
+            bwd_wy   (chunks in parallel)  Z = T^{-T} dU, dv = beta Z, dP = (dY U^T) * L,
+                                            beta dA (dA = -(Z U^T) * strict), dbeta (A and V terms)
+            bwd_dqk  (chunks in parallel)  dq = dP K + m dY S^T,
+                                            dk = dP^T Q + beta dA K + (beta dA)^T K + last U dS_out^T - m beta Z S^T,
+                                            dbeta -= m rowsum((Z S^T) * K)
+The parallel kernels loop over value blocks of BV inside the program, so dq, dk, dbeta need no
+partial sums. Saved for backward: chunk-initial states ([B,H,ceil(T/C),dv,dk] fp32:
+O(B*H*d^2*T/C)), T^{-1} ([B*H,ceil(T/C),C,C]), Wm ([B,T,H,dk]) and U ([B,T,H,dv]), all fp32;
+backward adds the chunk-final state gradients (same size as the states), dU and two [C,C]
+per chunk. T^{-1} is by forward substitution (exact; the C-step loop runs in the parallel
+prep kernel only).
 """
 from __future__ import annotations
 
@@ -63,17 +81,55 @@ def _st(x, val, b, h, start, col, T, H, D: tl.constexpr, C: tl.constexpr, BD: tl
 
 
 @triton.jit
+def _flags(cseg, b, start, T, C: tl.constexpr):
+    """Segment masks of the chunk at ``start``: step ids t, row mask, c_t, m, last, g (see module doc)."""
+    t = start + tl.arange(0, C)
+    tm = t < T
+    cc = tl.load(cseg + b * T + t, mask=tm, other=-1)
+    cprev = tl.load(cseg + b * T + tl.maximum(start - 1, 0)) * (start > 0).to(tl.int32)
+    cend = tl.load(cseg + b * T + tl.minimum(start + C, T) - 1)
+    return t, tm, cc, cc == cprev, cc == cend, (cend == cprev).to(tl.float32)
+
+
+@triton.jit
+def _chunk_prep_kernel(
+    k, v, beta, cseg, tinv, wm, uv,
+    T, H,
+    DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr,
+):
+    """Per chunk, all chunks in parallel: T^{-1}, Wm = T^{-1} diag(beta m) K, Uv = T^{-1} diag(beta) V."""
+    n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    NT = (T + C - 1) // C
+    start = n * C
+    oc = tl.arange(0, C)
+    t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
+    be = tl.load(beta + (b * T + t) * H + h, mask=tm, other=0.0).to(tl.float32)
+    K = _ld(k, b, h, start, 0, T, H, DK, C, DK)
+    Tinv, KK, same = _tinv(K, be, cc, C, PREC)
+    tl.store(tinv + (pid_bh.to(tl.int64) * NT + n) * C * C + oc[:, None] * C + oc[None, :], Tinv)
+    Wm = tl.dot(Tinv, tl.where(m[:, None], be[:, None] * K, 0.0), input_precision=PREC)
+    _st(wm, Wm, b, h, start, 0, T, H, DK, C, DK)
+    for j in range(DV // BV):
+        V = _ld(v, b, h, start, j * BV, T, H, DV, C, BV)
+        _st(uv, tl.dot(Tinv, be[:, None] * V, input_precision=PREC), b, h, start, j * BV, T, H, DV, C, BV)
+
+
+@triton.jit
 def _chunk_fwd_kernel(
-    q, k, v, beta, cseg, w0, y, wT, u_out, ckpt,
+    k, cseg, w0, wm, u, wT, ckpt,
     T, H,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
     HAS_W0: tl.constexpr, PREC: tl.constexpr,
 ):
+    """Sequential over chunks, carrying only the [DK, BV] state: U = Uv - Wm S (in place over Uv),
+    S <- g S + K^T (last * U); saves every chunk-initial S."""
     pid_v = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
     h = pid_bh % H
-    oc = tl.arange(0, C)
     ok = tl.arange(0, DK)
     ov = pid_v * BV + tl.arange(0, BV)
     stile = ov[None, :] * DK + ok[:, None]  # S[j, i] = W[i, j]
@@ -85,50 +141,86 @@ def _chunk_fwd_kernel(
     NT = (T + C - 1) // C
     for n in range(NT):
         start = n * C
-        t = start + oc
-        tm = t < T
-        rb = (b * T + t) * H + h
-        Q = _ld(q, b, h, start, 0, T, H, DK, C, DK)
-        K = _ld(k, b, h, start, 0, T, H, DK, C, DK)
-        V = _ld(v, b, h, start, pid_v * BV, T, H, DV, C, BV)
-        be = tl.load(beta + rb, mask=tm, other=0.0).to(tl.float32)
-        cc = tl.load(cseg + b * T + t, mask=tm, other=-1)
-        cprev = tl.load(cseg + b * T + tl.maximum(start - 1, 0)) * (start > 0).to(tl.int32)
-        cend = tl.load(cseg + b * T + tl.minimum(start + C, T) - 1)
-        m = cc == cprev
-        last = cc == cend
-        g = (cend == cprev).to(tl.float32)
+        t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
         tl.store(ckpt + (pid_bh.to(tl.int64) * NT + n) * DK * DV + stile, S)
-        Tinv, KK, same = _tinv(K, be, cc, C, PREC)
-        KS = tl.dot(K, S, input_precision=PREC)
-        R = be[:, None] * (V - tl.where(m[:, None], KS, 0.0))
-        U = tl.dot(Tinv, R, input_precision=PREC)
-        QK = tl.where((oc[:, None] >= oc[None, :]) & same, tl.dot(Q, tl.trans(K), input_precision=PREC), 0.0)
-        Y = tl.where(m[:, None], tl.dot(Q, S, input_precision=PREC), 0.0) + tl.dot(QK, U, input_precision=PREC)
-        _st(y, Y.to(y.dtype.element_ty), b, h, start, pid_v * BV, T, H, DV, C, BV)
-        _st(u_out, U, b, h, start, pid_v * BV, T, H, DV, C, BV)
+        K = _ld(k, b, h, start, 0, T, H, DK, C, DK)
+        Wm = _ld(wm, b, h, start, 0, T, H, DK, C, DK)
+        U = _ld(u, b, h, start, pid_v * BV, T, H, DV, C, BV) - tl.dot(Wm, S, input_precision=PREC)
+        _st(u, U, b, h, start, pid_v * BV, T, H, DV, C, BV)
         S = g * S + tl.dot(tl.trans(K), tl.where(last[:, None], U, 0.0), input_precision=PREC)
     tl.store(wT + sbase + stile, S)
 
 
 @triton.jit
+def _chunk_out_kernel(
+    q, k, cseg, ckpt, u, y,
+    T, H,
+    DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr,
+):
+    """Per chunk, in parallel: Y = m * (Q S) + ((Q K^T) * L) U."""
+    n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    NT = (T + C - 1) // C
+    start = n * C
+    oc = tl.arange(0, C)
+    ok = tl.arange(0, DK)
+    t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
+    Q = _ld(q, b, h, start, 0, T, H, DK, C, DK)
+    K = _ld(k, b, h, start, 0, T, H, DK, C, DK)
+    incl = (oc[:, None] >= oc[None, :]) & (cc[:, None] == cc[None, :])
+    P = tl.where(incl, tl.dot(Q, tl.trans(K), input_precision=PREC), 0.0)
+    cbase = (pid_bh.to(tl.int64) * NT + n) * DK * DV
+    for j in range(DV // BV):
+        ov = j * BV + tl.arange(0, BV)
+        S = tl.load(ckpt + cbase + ov[None, :] * DK + ok[:, None])
+        U = _ld(u, b, h, start, j * BV, T, H, DV, C, BV)
+        Y = tl.where(m[:, None], tl.dot(Q, S, input_precision=PREC), 0.0) + tl.dot(P, U, input_precision=PREC)
+        _st(y, Y.to(y.dtype.element_ty), b, h, start, j * BV, T, H, DV, C, BV)
+
+
+@triton.jit
+def _chunk_bwd_prep_kernel(
+    q, k, cseg, dy, du,
+    T, H,
+    DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr,
+):
+    """Per chunk, in parallel: the intra-chunk part of dU, ((Q K^T) * L)^T dY."""
+    n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    start = n * C
+    oc = tl.arange(0, C)
+    t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
+    Q = _ld(q, b, h, start, 0, T, H, DK, C, DK)
+    K = _ld(k, b, h, start, 0, T, H, DK, C, DK)
+    incl = (oc[:, None] >= oc[None, :]) & (cc[:, None] == cc[None, :])
+    P = tl.where(incl, tl.dot(Q, tl.trans(K), input_precision=PREC), 0.0)
+    for j in range(DV // BV):
+        dY = _ld(dy, b, h, start, j * BV, T, H, DV, C, BV)
+        _st(du, tl.dot(tl.trans(P), dY, input_precision=PREC), b, h, start, j * BV, T, H, DV, C, BV)
+
+
+@triton.jit
 def _chunk_bwd_kernel(
-    q, k, v, beta, cseg, ckpt, u_in, dy, dwT,
-    dq_p, dk_p, dv, dbeta_p, dw0,
-    T, H, B,
+    q, k, cseg, wm, dy, dwT, dckpt, du, dw0,
+    T, H,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
     HAS_DWT: tl.constexpr, PREC: tl.constexpr,
 ):
+    """Sequential over chunks in reverse, carrying only the [DK, BV] state gradient dS:
+    dU = ((Q K^T) * L)^T dY + last * (K dS) (the first term from the pre-pass, in du; dU overwrites it),
+    dS <- g dS + Q^T (m * dY) - Wm^T dU. Saves the gradient of every chunk-final state."""
     pid_v = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
     h = pid_bh % H
-    oc = tl.arange(0, C)
     ok = tl.arange(0, DK)
     ov = pid_v * BV + tl.arange(0, BV)
     stile = ov[None, :] * DK + ok[:, None]
     sbase = pid_bh.to(tl.int64) * DV * DK
-    pbase = pid_v.to(tl.int64) * B * T * H
     if HAS_DWT:
         dS = tl.load(dwT + sbase + stile).to(tl.float32)
     else:
@@ -137,60 +229,138 @@ def _chunk_bwd_kernel(
     for nn in range(NT):
         n = NT - 1 - nn
         start = n * C
-        t = start + oc
-        tm = t < T
-        rb = ((b * T + t) * H + h).to(tl.int64)
-        Q = tl.load(q + rb[:, None] * DK + ok[None, :], mask=tm[:, None], other=0.0).to(tl.float32)
-        K = tl.load(k + rb[:, None] * DK + ok[None, :], mask=tm[:, None], other=0.0).to(tl.float32)
-        V = tl.load(v + rb[:, None] * DV + ov[None, :], mask=tm[:, None], other=0.0).to(tl.float32)
-        U = tl.load(u_in + rb[:, None] * DV + ov[None, :], mask=tm[:, None], other=0.0)
-        dY = tl.load(dy + rb[:, None] * DV + ov[None, :], mask=tm[:, None], other=0.0).to(tl.float32)
-        be = tl.load(beta + rb, mask=tm, other=0.0).to(tl.float32)
-        cc = tl.load(cseg + b * T + t, mask=tm, other=-1)
-        cprev = tl.load(cseg + b * T + tl.maximum(start - 1, 0)) * (start > 0).to(tl.int32)
-        cend = tl.load(cseg + b * T + tl.minimum(start + C, T) - 1)
-        m = cc == cprev
-        last = cc == cend
-        g = (cend == cprev).to(tl.float32)
-        S = tl.load(ckpt + (pid_bh.to(tl.int64) * NT + n) * DK * DV + stile)
-        Tinv, KK, same = _tinv(K, be, cc, C, PREC)
-        incl = (oc[:, None] >= oc[None, :]) & same
-        QK = tl.where(incl, tl.dot(Q, tl.trans(K), input_precision=PREC), 0.0)
-        dU = tl.dot(tl.trans(QK), dY, input_precision=PREC) + tl.where(
+        t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
+        tl.store(dckpt + (pid_bh.to(tl.int64) * NT + n) * DK * DV + stile, dS)
+        Q = _ld(q, b, h, start, 0, T, H, DK, C, DK)
+        K = _ld(k, b, h, start, 0, T, H, DK, C, DK)
+        dY = _ld(dy, b, h, start, pid_v * BV, T, H, DV, C, BV)
+        dU = _ld(du, b, h, start, pid_v * BV, T, H, DV, C, BV) + tl.where(
             last[:, None], tl.dot(K, dS, input_precision=PREC), 0.0)
-        dYU = tl.where(incl, tl.dot(dY, tl.trans(U), input_precision=PREC), 0.0)
-        dQ = tl.where(m[:, None], tl.dot(dY, tl.trans(S), input_precision=PREC), 0.0) + tl.dot(
-            dYU, K, input_precision=PREC)
-        dK = tl.dot(tl.trans(dYU), Q, input_precision=PREC) + tl.where(
-            last[:, None], tl.dot(U, tl.trans(dS), input_precision=PREC), 0.0)
-        dS0 = g * dS + tl.dot(tl.trans(Q), tl.where(m[:, None], dY, 0.0), input_precision=PREC)
-        Z = tl.dot(tl.trans(Tinv), dU, input_precision=PREC)
-        dA = tl.where((oc[:, None] > oc[None, :]) & same, -tl.dot(Z, tl.trans(U), input_precision=PREC), 0.0)
-        dbe = tl.sum(dA * KK, 1)
-        dAb = be[:, None] * dA
-        dK += tl.dot(dAb, K, input_precision=PREC) + tl.dot(tl.trans(dAb), K, input_precision=PREC)
-        KS = tl.dot(K, S, input_precision=PREC)
-        dbe += tl.sum(Z * (V - tl.where(m[:, None], KS, 0.0)), 1)
-        mbZ = tl.where(m[:, None], be[:, None] * Z, 0.0)
-        dK -= tl.dot(mbZ, tl.trans(S), input_precision=PREC)
-        dS0 -= tl.dot(tl.trans(K), mbZ, input_precision=PREC)
-        tl.store(dq_p + (pbase + rb[:, None]) * DK + ok[None, :], dQ, mask=tm[:, None])
-        tl.store(dk_p + (pbase + rb[:, None]) * DK + ok[None, :], dK, mask=tm[:, None])
-        tl.store(dv + rb[:, None] * DV + ov[None, :], (be[:, None] * Z).to(dv.dtype.element_ty), mask=tm[:, None])
-        tl.store(dbeta_p + pbase + rb, dbe, mask=tm)
-        dS = dS0
+        _st(du, dU, b, h, start, pid_v * BV, T, H, DV, C, BV)
+        Wm = _ld(wm, b, h, start, 0, T, H, DK, C, DK)
+        dS = g * dS + tl.dot(tl.trans(Q), tl.where(m[:, None], dY, 0.0), input_precision=PREC) - tl.dot(
+            tl.trans(Wm), dU, input_precision=PREC)
     tl.store(dw0 + sbase + stile, dS)
 
 
-def pick_bv(dk: int, dv: int) -> int:
-    return min(dv, 32)
+@triton.jit
+def _chunk_bwd_wy_kernel(
+    k, v, beta, cseg, tinv, u, du, dy,
+    dv, dbe_f, dyu_s, dab_s,
+    T, H,
+    DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr,
+):
+    """Per chunk, in parallel: Z = T^{-T} dU, dv = beta Z, the intra-chunk part of dbeta (through
+    A = beta K K^T and beta V; fp32 dbe_f), and the [C, C] gradients dP = (dY U^T) * L and beta dA
+    (dyu_s, dab_s) from which bwd_dqk forms the intra-chunk dq, dk. Value blocks are summed in the
+    program through the [C, C] products dY U^T and Z U^T only."""
+    n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    NT = (T + C - 1) // C
+    start = n * C
+    oc = tl.arange(0, C)
+    ok = tl.arange(0, DK)
+    t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
+    be = tl.load(beta + (b * T + t) * H + h, mask=tm, other=0.0).to(tl.float32)
+    ctile = (pid_bh.to(tl.int64) * NT + n) * C * C + oc[:, None] * C + oc[None, :]
+    Tinv = tl.load(tinv + ctile)
+    dYU = tl.zeros([C, C], dtype=tl.float32)
+    ZU = tl.zeros([C, C], dtype=tl.float32)
+    dbe = tl.zeros([C], dtype=tl.float32)
+    for j in range(DV // BV):
+        U = _ld(u, b, h, start, j * BV, T, H, DV, C, BV)
+        dU = _ld(du, b, h, start, j * BV, T, H, DV, C, BV)
+        dY = _ld(dy, b, h, start, j * BV, T, H, DV, C, BV)
+        V = _ld(v, b, h, start, j * BV, T, H, DV, C, BV)
+        dYU += tl.dot(dY, tl.trans(U), input_precision=PREC)
+        Z = tl.dot(tl.trans(Tinv), dU, input_precision=PREC)
+        _st(dv, (be[:, None] * Z).to(dv.dtype.element_ty), b, h, start, j * BV, T, H, DV, C, BV)
+        ZU += tl.dot(Z, tl.trans(U), input_precision=PREC)
+        dbe += tl.sum(Z * V, 1)
+    same = cc[:, None] == cc[None, :]
+    dA = tl.where((oc[:, None] > oc[None, :]) & same, -ZU, 0.0)
+    tl.store(dab_s + ctile, be[:, None] * dA)
+    tl.store(dyu_s + ctile, tl.where((oc[:, None] >= oc[None, :]) & same, dYU, 0.0))
+    K = _ld(k, b, h, start, 0, T, H, DK, C, DK)
+    dbe += tl.sum(dA * tl.dot(K, tl.trans(K), input_precision=PREC), 1)
+    tl.store(dbe_f + (b * T + t) * H + h, dbe, mask=tm)
 
 
-def pick_warps(dk: int, bv: int, c: int) -> int:
-    return 4 if c <= 32 else 8
+@triton.jit
+def _chunk_bwd_dqk_kernel(
+    q, k, beta, cseg, tinv, ckpt, dckpt, u, du, dy, dyu_s, dab_s, dbe_f,
+    dq, dk, dbeta,
+    T, H,
+    DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr,
+):
+    """Per chunk, in parallel: dq, dk, dbeta. Intra-chunk parts from bwd_wy's [C, C] gradients
+    (dq: dP K; dk: dP^T Q + beta dA K + (beta dA)^T K), then the parts through the chunk-initial state S
+    and the chunk-final state gradient dS_out (dq: m dY S^T; dk: last U dS_out^T - m beta Z S^T;
+    dbeta: dbe_f - m rowsum(Z S^T * K))."""
+    n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    NT = (T + C - 1) // C
+    start = n * C
+    oc = tl.arange(0, C)
+    ok = tl.arange(0, DK)
+    t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
+    be = tl.load(beta + (b * T + t) * H + h, mask=tm, other=0.0).to(tl.float32)
+    ctile = (pid_bh.to(tl.int64) * NT + n) * C * C + oc[:, None] * C + oc[None, :]
+    dP = tl.load(dyu_s + ctile)
+    dAb = tl.load(dab_s + ctile)
+    K = _ld(k, b, h, start, 0, T, H, DK, C, DK)
+    dQ = tl.dot(dP, K, input_precision=PREC)
+    dK = tl.dot(dAb, K, input_precision=PREC) + tl.dot(tl.trans(dAb), K, input_precision=PREC)
+    dK += tl.dot(tl.trans(dP), _ld(q, b, h, start, 0, T, H, DK, C, DK), input_precision=PREC)
+    Tinv = tl.load(tinv + ctile)
+    cbase = (pid_bh.to(tl.int64) * NT + n) * DK * DV
+    ZS = tl.zeros([C, DK], dtype=tl.float32)
+    for j in range(DV // BV):
+        stile = (j * BV + tl.arange(0, BV))[None, :] * DK + ok[:, None]
+        S = tl.load(ckpt + cbase + stile)
+        dSo = tl.load(dckpt + cbase + stile)
+        U = _ld(u, b, h, start, j * BV, T, H, DV, C, BV)
+        dU = _ld(du, b, h, start, j * BV, T, H, DV, C, BV)
+        dY = _ld(dy, b, h, start, j * BV, T, H, DV, C, BV)
+        dQ += tl.dot(tl.where(m[:, None], dY, 0.0), tl.trans(S), input_precision=PREC)
+        Z = tl.dot(tl.trans(Tinv), dU, input_precision=PREC)
+        ZS += tl.dot(Z, tl.trans(S), input_precision=PREC)
+        dK += tl.dot(tl.where(last[:, None], U, 0.0), tl.trans(dSo), input_precision=PREC)
+    _st(dq, dQ.to(dq.dtype.element_ty), b, h, start, 0, T, H, DK, C, DK)
+    ZS = tl.where(m[:, None], ZS, 0.0)
+    dbe = tl.load(dbe_f + (b * T + t) * H + h, mask=tm, other=0.0) - tl.sum(
+        ZS * _ld(k, b, h, start, 0, T, H, DK, C, DK), 1)
+    tl.store(dbeta + (b * T + t) * H + h, dbe.to(dbeta.dtype.element_ty), mask=tm)
+    dK -= be[:, None] * ZS
+    _st(dk, dK.to(dk.dtype.element_ty), b, h, start, 0, T, H, DK, C, DK)
 
 
-DEFAULT_CHUNK = 16  # see cuda/NOTES.md: C=32/64 spill registers in this version
+def pick_bv(dk: int, dv: int, c: int = 16) -> int:
+    """Value block: the grid of the two sequential passes and the inner loop of the chunk-parallel kernels."""
+    return min(dv, 32 if c <= 32 else 16)
+
+
+def pick_warps(dk: int, bv: int, c: int, precision: str = "tf32", sequential: bool = False) -> int:
+    """Warps per program, chosen from the sm_80/sm_90 compile sweep (cuda/NOTES.md): fewest without spills.
+
+    Exact fp32 ("ieee") products are FMA loops that hold whole operand rows/columns per thread, so
+    they take 8 warps except in the small sequential passes."""
+    if c > 32:
+        return 8
+    if precision == "ieee":
+        return 8 if (not sequential or dk * c >= 1024) else 4
+    return 8 if (c == 32 and not sequential) else 4
+
+
+def pick_stages(c: int) -> int:
+    return 3 if c <= 32 else 2
+
+
+DEFAULT_CHUNK = 16  # C=64 still spills in some builds (cuda/NOTES.md)
 
 
 class ChunkDeltaRule(torch.autograd.Function):
@@ -201,43 +371,63 @@ class ChunkDeltaRule(torch.autograd.Function):
         dev = q.device
         nv, C = DV // bv, chunk_size
         NT = triton.cdiv(T, C)
-        y = torch.empty(B, T, H, DV, device=dev, dtype=q.dtype)
-        wT = torch.empty(B, H, DV, DK, device=dev, dtype=torch.float32)
-        u = torch.empty(B, T, H, DV, device=dev, dtype=torch.float32)
-        ckpt = torch.empty(B, H, NT, DV, DK, device=dev, dtype=torch.float32)
+        f32 = dict(device=dev, dtype=torch.float32)
         cseg = torch.cumsum(done.to(torch.int32), 1).to(torch.int32).contiguous()
+        tinv = torch.empty(B * H, NT, C, C, **f32)
+        wm = torch.empty(B, T, H, DK, **f32)
+        u = torch.empty(B, T, H, DV, **f32)  # Uv from the pre-pass, overwritten with U by the state pass
+        cx = dict(DK=DK, DV=DV, BV=bv, C=C, PREC=precision)
+        launch = dict(num_warps=pick_warps(DK, bv, C, precision), num_stages=pick_stages(C))
+        seq = dict(launch, num_warps=pick_warps(DK, bv, C, precision, sequential=True))
+        _chunk_prep_kernel[(NT, B * H)](k, v, beta, cseg, tinv, wm, u, T, H, **cx, **launch)
+        wT = torch.empty(B, H, DV, DK, **f32)
+        ckpt = torch.empty(B, H, NT, DV, DK, **f32)
         has_w0 = w0 is not None
         _chunk_fwd_kernel[(nv, B * H)](
-            q, k, v, beta, cseg, w0 if has_w0 else wT, y, wT, u, ckpt, T, H,
-            DK=DK, DV=DV, BV=bv, C=C, HAS_W0=has_w0, PREC=precision, num_warps=pick_warps(DK, bv, C),
+            k, cseg, w0 if has_w0 else wT, wm, u, wT, ckpt, T, H, **cx, HAS_W0=has_w0, **seq,
         )
+        y = torch.empty(B, T, H, DV, device=dev, dtype=q.dtype)
+        _chunk_out_kernel[(NT, B * H)](q, k, cseg, ckpt, u, y, T, H, **cx, **launch)
         ctx.cfg = (C, precision, bv, has_w0, None if w0 is None else w0.dtype)
-        ctx.save_for_backward(q, k, v, beta, cseg, ckpt, u, wT)
+        ctx.save_for_backward(q, k, v, beta, cseg, tinv, wm, ckpt, u)
         state_dtype = q.dtype if w0 is None else w0.dtype
         return y, (wT if state_dtype == torch.float32 else wT.to(state_dtype))
 
     @staticmethod
     def backward(ctx, dy, dwT):
-        q, k, v, beta, cseg, ckpt, u, wT = ctx.saved_tensors
+        q, k, v, beta, cseg, tinv, wm, ckpt, u = ctx.saved_tensors
         C, precision, bv, has_w0, w0_dtype = ctx.cfg
         B, T, H, DK = q.shape
         DV = v.shape[-1]
         dev = q.device
         nv = DV // bv
+        NT = triton.cdiv(T, C)
+        f32 = dict(device=dev, dtype=torch.float32)
         dy = torch.zeros(B, T, H, DV, device=dev, dtype=q.dtype) if dy is None else dy.contiguous()
         has_dwT = dwT is not None
-        dwT = dwT.float().contiguous() if has_dwT else wT
-        dq_p = torch.empty(nv, B, T, H, DK, device=dev, dtype=torch.float32)
-        dk_p = torch.empty_like(dq_p)
-        dbeta_p = torch.empty(nv, B, T, H, device=dev, dtype=torch.float32)
-        dv = torch.empty_like(v)
-        dw0 = torch.empty(B, H, DV, DK, device=dev, dtype=torch.float32)
+        dw0 = torch.empty(B, H, DV, DK, **f32)
+        dwT = dwT.float().contiguous() if has_dwT else dw0
+        dckpt = torch.empty(B, H, NT, DV, DK, **f32)
+        du = torch.empty(B, T, H, DV, **f32)
+        cx = dict(DK=DK, DV=DV, BV=bv, C=C, PREC=precision)
+        launch = dict(num_warps=pick_warps(DK, bv, C, precision), num_stages=pick_stages(C))
+        seq = dict(launch, num_warps=pick_warps(DK, bv, C, precision, sequential=True))
+        _chunk_bwd_prep_kernel[(NT, B * H)](q, k, cseg, dy, du, T, H, **cx, **launch)
         _chunk_bwd_kernel[(nv, B * H)](
-            q, k, v, beta, cseg, ckpt, u, dy, dwT, dq_p, dk_p, dv, dbeta_p, dw0, T, H, B,
-            DK=DK, DV=DV, BV=bv, C=C, HAS_DWT=has_dwT, PREC=precision, num_warps=pick_warps(DK, bv, C),
+            q, k, cseg, wm, dy, dwT, dckpt, du, dw0, T, H, **cx, HAS_DWT=has_dwT, **seq,
         )
-        return (dq_p.sum(0).to(q.dtype), dk_p.sum(0).to(k.dtype), dv, dbeta_p.sum(0).to(beta.dtype),
-                dw0.to(w0_dtype) if has_w0 else None, None, None, None, None)
+        dv, dbeta = torch.empty_like(v), torch.empty_like(beta)
+        dyu_s, dab_s = torch.empty(B * H, NT, C, C, **f32), torch.empty(B * H, NT, C, C, **f32)
+        dbe_f = torch.empty(B, T, H, **f32)
+        _chunk_bwd_wy_kernel[(NT, B * H)](
+            k, v, beta, cseg, tinv, u, du, dy, dv, dbe_f, dyu_s, dab_s, T, H, **cx, **launch,
+        )
+        dq, dk = torch.empty_like(q), torch.empty_like(k)
+        _chunk_bwd_dqk_kernel[(NT, B * H)](
+            q, k, beta, cseg, tinv, ckpt, dckpt, u, du, dy, dyu_s, dab_s, dbe_f, dq, dk, dbeta, T, H, **cx,
+            **launch,
+        )
+        return (dq, dk, dv, dbeta, dw0.to(w0_dtype) if has_w0 else None, None, None, None, None)
 
 
 def chunk_delta_rule(q, k, v, beta, initial_state=None, done=None, chunk_size=DEFAULT_CHUNK, precision=None, block_v=None):
@@ -274,31 +464,51 @@ def chunk_delta_rule(q, k, v, beta, initial_state=None, done=None, chunk_size=DE
             raise ValueError(f"initial_state must be [B,H,dv,dk]={[B, H, DV, DK]}, got {list(initial_state.shape)}")
         initial_state = initial_state.contiguous()
     check_device(q, k, v, beta, done, *([initial_state] if initial_state is not None else []))
-    bv = pick_bv(DK, DV) if block_v is None else block_v
+    bv = pick_bv(DK, DV, chunk_size) if block_v is None else block_v
     if bv < 16 or DV % bv or bv & (bv - 1):
         raise ValueError(f"block_v={bv} must be a power of two >= 16 dividing dv={DV}")
     return ChunkDeltaRule.apply(q.contiguous(), k.contiguous(), v.contiguous(), beta.contiguous(),
                                 initial_state, done, chunk_size, precision, bv)
 
 
-def compile_specs(d, KernelSpec, sig, chunk_size=DEFAULT_CHUNK, precision="tf32"):
-    x = "*fp32"
-    bv = pick_bv(d, d)
-    w = pick_warps(d, bv, chunk_size)
-    lab = f"d={d} C={chunk_size} BV={bv} {precision}"
+def compile_specs(d, KernelSpec, sig, chunk_size=DEFAULT_CHUNK, precision=None, dtype="fp32"):
+    """The chunked kernels at dk = dv = d. Forward: prep (T^{-1}, Wm, Uv), state pass, output; backward:
+    prep (intra-chunk dU), state-gradient pass, wy (dv, intra-chunk dq/dk/dbeta), dqk (state terms).
+    precision defaults as in chunk_delta_rule: "ieee" for fp32 inputs, "tf32" for bf16."""
+    if precision is None:
+        precision = "ieee" if dtype == "fp32" else "tf32"
+    x = f"*{dtype}"
+    bv = pick_bv(d, d, chunk_size)
+    w = pick_warps(d, bv, chunk_size, precision)
+    ws = pick_warps(d, bv, chunk_size, precision, sequential=True)
+    ns = pick_stages(chunk_size)
+    lab = f"d={d} C={chunk_size} BV={bv} {precision} {dtype}"
     cx = dict(DK=d, DV=d, BV=bv, C=chunk_size, PREC=precision)
+    tail = "T:i32,H:i32,DK:constexpr,DV:constexpr,BV:constexpr,C:constexpr"
     return [
-        KernelSpec(
-            "chunk_delta_fwd", _chunk_fwd_kernel,
-            sig(f"q:{x},k:{x},v:{x},beta:{x},cseg:*i32,w0:*fp32,y:{x},wT:*fp32,u_out:*fp32,ckpt:*fp32,T:i32,H:i32,"
-                "DK:constexpr,DV:constexpr,BV:constexpr,C:constexpr,HAS_W0:constexpr,PREC:constexpr"),
-            dict(cx, HAS_W0=True), w, lab,
-        ),
-        KernelSpec(
-            "chunk_delta_bwd", _chunk_bwd_kernel,
-            sig(f"q:{x},k:{x},v:{x},beta:{x},cseg:*i32,ckpt:*fp32,u_in:*fp32,dy:{x},dwT:*fp32,dq_p:*fp32,dk_p:*fp32,"
-                f"dv:{x},dbeta_p:*fp32,dw0:*fp32,T:i32,H:i32,B:i32,"
-                "DK:constexpr,DV:constexpr,BV:constexpr,C:constexpr,HAS_DWT:constexpr,PREC:constexpr"),
-            dict(cx, HAS_DWT=True), w, lab,
-        ),
+        KernelSpec("chunk_delta_prep", _chunk_prep_kernel,
+                   sig(f"k:{x},v:{x},beta:{x},cseg:*i32,tinv:*fp32,wm:*fp32,uv:*fp32,{tail},PREC:constexpr"),
+                   dict(cx), w, lab, ns),
+        KernelSpec("chunk_delta_fwd", _chunk_fwd_kernel,
+                   sig(f"k:{x},cseg:*i32,w0:*fp32,wm:*fp32,u:*fp32,wT:*fp32,ckpt:*fp32,{tail},"
+                       "HAS_W0:constexpr,PREC:constexpr"),
+                   dict(cx, HAS_W0=True), ws, lab, ns),
+        KernelSpec("chunk_delta_out", _chunk_out_kernel,
+                   sig(f"q:{x},k:{x},cseg:*i32,ckpt:*fp32,u:*fp32,y:{x},{tail},PREC:constexpr"),
+                   dict(cx), w, lab, ns),
+        KernelSpec("chunk_delta_bwd_prep", _chunk_bwd_prep_kernel,
+                   sig(f"q:{x},k:{x},cseg:*i32,dy:{x},du:*fp32,{tail},PREC:constexpr"),
+                   dict(cx), w, lab, ns),
+        KernelSpec("chunk_delta_bwd", _chunk_bwd_kernel,
+                   sig(f"q:{x},k:{x},cseg:*i32,wm:*fp32,dy:{x},dwT:*fp32,dckpt:*fp32,du:*fp32,dw0:*fp32,{tail},"
+                       "HAS_DWT:constexpr,PREC:constexpr"),
+                   dict(cx, HAS_DWT=True), ws, lab, ns),
+        KernelSpec("chunk_delta_bwd_wy", _chunk_bwd_wy_kernel,
+                   sig(f"k:{x},v:{x},beta:{x},cseg:*i32,tinv:*fp32,u:*fp32,du:*fp32,dy:{x},"
+                       f"dv:{x},dbe_f:*fp32,dyu_s:*fp32,dab_s:*fp32,{tail},PREC:constexpr"),
+                   dict(cx), w, lab, ns),
+        KernelSpec("chunk_delta_bwd_dqk", _chunk_bwd_dqk_kernel,
+                   sig(f"q:{x},k:{x},beta:{x},cseg:*i32,tinv:*fp32,ckpt:*fp32,dckpt:*fp32,u:*fp32,du:*fp32,dy:{x},"
+                       f"dyu_s:*fp32,dab_s:*fp32,dbe_f:*fp32,dq:{x},dk:{x},dbeta:{x},{tail},PREC:constexpr"),
+                   dict(cx), w, lab, ns),
     ]

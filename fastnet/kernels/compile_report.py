@@ -159,6 +159,8 @@ def all_specs(head_sizes=(16, 32, 64, 128)) -> list[KernelSpec]:
         mod = kernel_module(name)
         for d in head_sizes:
             specs += mod.compile_specs(d, KernelSpec, _sig)
+            if name == "chunk":  # bf16 inputs change the load/convert code of every chunked kernel
+                specs += mod.compile_specs(d, KernelSpec, _sig, dtype="bf16")
     return specs
 
 
