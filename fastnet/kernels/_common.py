@@ -42,6 +42,36 @@ def check_device(*xs: torch.Tensor) -> torch.device:
     )
 
 
+def check_sequence_args(q, k, v, beta, done, initial_state, block_v, pick_bv):
+    """Validate batch-major fast-weight sequence arguments (q, k [B,T,H,dk], v [B,T,H,dv],
+    beta [B,T,H], done [B,T] or None, initial_state [B,H,dv,dk] or None) and choose the value
+    block. Returns (done, initial_state made contiguous, block_v)."""
+    if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[:3] != q.shape[:3]:
+        raise ValueError(f"expected q, k [B,T,H,dk] and v [B,T,H,dv]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    B, T, H, DK = q.shape
+    DV = v.shape[-1]
+    check_head_size("dk", DK)
+    check_head_size("dv", DV)
+    for name, x in (("q", q), ("k", k), ("v", v), ("beta", beta)):
+        check_dtype(name, x)
+    if beta.shape != (B, T, H):
+        raise ValueError(f"beta must be [B,T,H]={[B, T, H]}, got {list(beta.shape)}")
+    if done is None:
+        done = torch.zeros(B, T, dtype=torch.bool, device=q.device)
+    if done.shape != (B, T):
+        raise ValueError(f"done must be [B,T]={[B, T]}, got {list(done.shape)}")
+    if initial_state is not None:
+        check_dtype("initial_state", initial_state)
+        if initial_state.shape != (B, H, DV, DK):
+            raise ValueError(f"initial_state must be [B,H,dv,dk]={[B, H, DV, DK]}, got {list(initial_state.shape)}")
+        initial_state = initial_state.contiguous()
+    check_device(q, k, v, beta, done, *([initial_state] if initial_state is not None else []))
+    bv = pick_bv() if block_v is None else block_v
+    if bv < 16 or DV % bv or bv & (bv - 1):
+        raise ValueError(f"block_v={bv} must be a power of two >= 16 dividing dv={DV}")
+    return done, initial_state, bv
+
+
 def require_cuda() -> torch.device:
     """A CUDA request: returns the CUDA device or raises a clear error when there is none."""
     if not torch.cuda.is_available():

@@ -43,7 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fastnet.kernels._common import check_device, check_dtype, check_head_size
+from fastnet.kernels._common import check_sequence_args
 
 
 @triton.jit
@@ -261,7 +261,6 @@ def _chunk_bwd_wy_kernel(
     NT = (T + C - 1) // C
     start = n * C
     oc = tl.arange(0, C)
-    ok = tl.arange(0, DK)
     t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
     be = tl.load(beta + (b * T + t) * H + h, mask=tm, other=0.0).to(tl.float32)
     ctile = (pid_bh.to(tl.int64) * NT + n) * C * C + oc[:, None] * C + oc[None, :]
@@ -438,35 +437,14 @@ def chunk_delta_rule(q, k, v, beta, initial_state=None, done=None, chunk_size=DE
     ``precision``: "ieee" (exact fp32 products) or "tf32" (tensor cores); default "ieee" for
     fp32 inputs and "tf32" for bf16 inputs. Returns (y [B,T,H,dv], final state [B,H,dv,dk]).
     """
-    if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[:3] != q.shape[:3]:
-        raise ValueError(f"expected q, k [B,T,H,dk] and v [B,T,H,dv]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    B, T, H, DK = q.shape
-    DV = v.shape[-1]
-    check_head_size("dk", DK)
-    check_head_size("dv", DV)
-    for name, x in (("q", q), ("k", k), ("v", v), ("beta", beta)):
-        check_dtype(name, x)
-    if beta.shape != (B, T, H):
-        raise ValueError(f"beta must be [B,T,H]={[B, T, H]}, got {list(beta.shape)}")
     if chunk_size not in (16, 32, 64):
         raise ValueError(f"chunk_size must be 16, 32 or 64, got {chunk_size}")
     if precision is None:
         precision = "ieee" if q.dtype == torch.float32 else "tf32"
     if precision not in ("ieee", "tf32"):
         raise ValueError(f"precision must be 'ieee' or 'tf32', got {precision!r}")
-    if done is None:
-        done = torch.zeros(B, T, dtype=torch.bool, device=q.device)
-    if done.shape != (B, T):
-        raise ValueError(f"done must be [B,T]={[B, T]}, got {list(done.shape)}")
-    if initial_state is not None:
-        check_dtype("initial_state", initial_state)
-        if initial_state.shape != (B, H, DV, DK):
-            raise ValueError(f"initial_state must be [B,H,dv,dk]={[B, H, DV, DK]}, got {list(initial_state.shape)}")
-        initial_state = initial_state.contiguous()
-    check_device(q, k, v, beta, done, *([initial_state] if initial_state is not None else []))
-    bv = pick_bv(DK, DV, chunk_size) if block_v is None else block_v
-    if bv < 16 or DV % bv or bv & (bv - 1):
-        raise ValueError(f"block_v={bv} must be a power of two >= 16 dividing dv={DV}")
+    done, initial_state, bv = check_sequence_args(
+        q, k, v, beta, done, initial_state, block_v, lambda: pick_bv(q.shape[-1], v.shape[-1], chunk_size))
     return ChunkDeltaRule.apply(q.contiguous(), k.contiguous(), v.contiguous(), beta.contiguous(),
                                 initial_state, done, chunk_size, precision, bv)
 

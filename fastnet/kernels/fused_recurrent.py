@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fastnet.kernels._common import check_device, check_dtype, check_head_size, seg_start
+from fastnet.kernels._common import check_sequence_args, seg_start
 
 RULE_IDS = {"sum": 0, "delta": 1, "gated": 2}
 
@@ -309,34 +309,12 @@ def fused_recurrent_fast_weight(q, k, v, beta=None, initial_state=None, done=Non
     """
     if rule not in RULE_IDS:
         raise ValueError(f"unknown update rule {rule!r}; choose one of {list(RULES)}")
-    if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[:3] != q.shape[:3]:
-        raise ValueError(f"expected q, k [B,T,H,dk] and v [B,T,H,dv]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    B, T, H, DK = q.shape
-    DV = v.shape[-1]
-    check_head_size("dk", DK)
-    check_head_size("dv", DV)
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        check_dtype(name, x)
     if beta is None:
         if rule != "sum":
             raise ValueError(f"the {rule} rule needs beta")
-        beta = q.new_ones(B, T, H)
-    check_dtype("beta", beta)
-    if beta.shape != (B, T, H):
-        raise ValueError(f"beta must be [B,T,H]={[B, T, H]}, got {list(beta.shape)}")
-    if done is None:
-        done = torch.zeros(B, T, dtype=torch.bool, device=q.device)
-    if done.shape != (B, T):
-        raise ValueError(f"done must be [B,T]={[B, T]}, got {list(done.shape)}")
-    if initial_state is not None:
-        check_dtype("initial_state", initial_state)
-        if initial_state.shape != (B, H, DV, DK):
-            raise ValueError(f"initial_state must be [B,H,dv,dk]={[B, H, DV, DK]}, got {list(initial_state.shape)}")
-        initial_state = initial_state.contiguous()
-    check_device(q, k, v, beta, done, *([initial_state] if initial_state is not None else []))
-    bv = pick_bv(DK, DV) if block_v is None else block_v
-    if bv < 16 or DV % bv or bv & (bv - 1):
-        raise ValueError(f"block_v={bv} must be a power of two >= 16 dividing dv={DV}")
+        beta = q.new_ones(q.shape[:3])
+    done, initial_state, bv = check_sequence_args(
+        q, k, v, beta, done, initial_state, block_v, lambda: pick_bv(q.shape[-1], v.shape[-1]))
     return FusedRecurrentFastWeight.apply(
         q.contiguous(), k.contiguous(), v.contiguous(), beta.contiguous(), initial_state, done, rule, bv
     )
