@@ -1,0 +1,90 @@
+"""Atomic checkpoints: the model, optimiser, scheduler, step counters and config in one file.
+
+A checkpoint is written to a temporary file in the target directory, flushed and fsynced,
+then renamed over ``checkpoint.pt`` with ``os.replace`` (atomic on POSIX), and the directory
+is fsynced. A process killed at any moment therefore leaves either the previous checkpoint
+or the new one, never a torn file. Milestones are extra copies named ``checkpoint-<step>.pt``.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import tempfile
+from typing import Any
+
+import torch
+from torch import nn
+
+LATEST = "checkpoint.pt"
+_MILESTONE = re.compile(r"checkpoint-(\d+)\.pt$")
+
+
+def atomic_save(obj: Any, path: str) -> None:
+    """``torch.save(obj, path)`` such that ``path`` is never left partly written."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".pt")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def save_checkpoint(directory: str, *, model: nn.Module, optimizer: torch.optim.Optimizer | None,
+                    scheduler: Any | None, counters: dict[str, int], config: dict[str, Any],
+                    milestone: bool = False, **extra: Any) -> str:
+    """Write ``directory/checkpoint.pt`` (and ``checkpoint-<step>.pt`` if ``milestone``).
+
+    ``counters`` holds the step counters (at least ``step``); ``config`` the resolved config as
+    a dict; ``extra`` anything else picklable. Returns the path of the latest checkpoint.
+    """
+    payload = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        "counters": dict(counters),
+        "config": config,
+        **extra,
+    }
+    path = os.path.join(directory, LATEST)
+    atomic_save(payload, path)
+    if milestone:
+        atomic_save(payload, os.path.join(directory, f"checkpoint-{counters['step']}.pt"))
+    for stale in glob.glob(os.path.join(directory, ".tmp-*.pt")):  # left by a killed writer
+        os.remove(stale)
+    return path
+
+
+def latest_checkpoint(directory: str) -> str | None:
+    """The newest checkpoint in ``directory``: ``checkpoint.pt``, else the highest milestone."""
+    path = os.path.join(directory, LATEST)
+    if os.path.isfile(path):
+        return path
+    milestones = [(int(m.group(1)), p) for p in glob.glob(os.path.join(directory, "checkpoint-*.pt"))
+                  if (m := _MILESTONE.search(p))]
+    return max(milestones)[1] if milestones else None
+
+
+def load_checkpoint(path: str, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
+                    scheduler: Any | None = None, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load ``path``, restore the given objects' states in place, and return the payload."""
+    payload = torch.load(path, map_location=map_location, weights_only=False)
+    if model is not None:
+        model.load_state_dict(payload["model"])
+    if optimizer is not None and payload["optimizer"] is not None:
+        optimizer.load_state_dict(payload["optimizer"])
+    if scheduler is not None and payload["scheduler"] is not None:
+        scheduler.load_state_dict(payload["scheduler"])
+    return payload

@@ -1,0 +1,70 @@
+"""Atomic checkpoints: a write that fails or is killed leaves the previous checkpoint intact."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from agents import checkpoint
+from agents.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _save(directory, step, milestone=False):
+    torch.manual_seed(step)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters())
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    save_checkpoint(str(directory), model=model, optimizer=opt, scheduler=sched,
+                    counters={"step": step}, config={"core": "lstm"}, milestone=milestone)
+    return model
+
+
+def test_roundtrip_and_milestones(tmp_path):
+    model = _save(tmp_path, 7, milestone=True)
+    assert os.path.exists(tmp_path / "checkpoint-7.pt")
+    other = torch.nn.Linear(3, 2)
+    payload = load_checkpoint(latest_checkpoint(str(tmp_path)), model=other)
+    assert payload["counters"]["step"] == 7 and payload["config"] == {"core": "lstm"}
+    assert torch.equal(other.weight, model.weight)
+    os.remove(tmp_path / "checkpoint.pt")
+    assert latest_checkpoint(str(tmp_path)).endswith("checkpoint-7.pt")
+    assert latest_checkpoint(str(tmp_path / "none")) is None
+
+
+def test_failed_write_keeps_previous(tmp_path, monkeypatch):
+    _save(tmp_path, 1)
+
+    def broken_save(obj, f):
+        f.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint.torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        _save(tmp_path, 2)
+    monkeypatch.undo()
+    assert load_checkpoint(str(tmp_path / "checkpoint.pt"))["counters"]["step"] == 1
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".tmp")] == []
+
+
+def test_killed_write_keeps_previous(tmp_path):
+    """SIGKILL the writer after it wrote the temp file but before the rename."""
+    _save(tmp_path, 1)
+    code = (
+        "import os, signal, sys, torch\n"
+        f"sys.path.insert(0, {ROOT!r})\n"
+        "from agents import checkpoint\n"
+        "checkpoint.os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "m = torch.nn.Linear(3, 2)\n"
+        f"checkpoint.save_checkpoint({str(tmp_path)!r}, model=m, optimizer=None, scheduler=None,"
+        " counters={'step': 2}, config={})\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code])
+    assert result.returncode == -9
+    assert load_checkpoint(latest_checkpoint(str(tmp_path)))["counters"]["step"] == 1
+    _save(tmp_path, 3)  # the next save clears the killed writer's temp file
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".tmp")] == []
