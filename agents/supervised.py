@@ -168,16 +168,15 @@ class RetrievalMemory(nn.Module):
             read = torch.einsum("bl,lbs->bs", attn, v)
         else:
             k, q = self._features(k), self._features(q)
-            beta = torch.sigmoid(self.W_beta(kv))                          # [L,B,1]
-            W = k.new_zeros(k.shape[1], self.S, k.shape[-1])               # [B,S,d_dot]
-            for t in range(k.shape[0]):
-                kt = k[t]
-                if self.rule == "sum":
-                    u = v[t]
-                else:
-                    u = beta[t] * (v[t] - torch.einsum("bsd,bd->bs", W, kt))
-                W = W + u.unsqueeze(-1) * kt.unsqueeze(-2)
-            read = torch.einsum("bsd,bd->bs", W, q)
+            if self.rule == "sum":  # W = Σ_t v_t ⊗ φ(k_t), so W φ(q) = Σ_t v_t (φ(k_t)·φ(q))
+                read = torch.einsum("lbs,lb->bs", v, torch.einsum("lbd,bd->lb", k, q))
+            else:
+                beta = torch.sigmoid(self.W_beta(kv))                      # [L,B,1]
+                W = k.new_zeros(k.shape[1], self.S, k.shape[-1])           # [B,S,d_dot]
+                for t in range(k.shape[0]):
+                    u = beta[t] * (v[t] - torch.einsum("bsd,bd->bs", W, k[t]))
+                    W = W + u.unsqueeze(-1) * k[t].unsqueeze(-2)
+                read = torch.einsum("bsd,bd->bs", W, q)
         out = torch.zeros(x.shape[0], x.shape[1], self.S, device=x.device)
         out[-1] = read
         return out, state, {}

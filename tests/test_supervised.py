@@ -148,3 +148,27 @@ def test_launcher_defaults_and_overrides(tmp_path):
                             "--set", "train.max_steps=2", "--set", "train.eval_every=2",
                             "--run_dir", str(tmp_path / "launch")])
     assert result["steps"] == 2 and os.path.exists(tmp_path / "launch" / "config.yaml")
+
+
+@pytest.mark.parametrize("rule", ["sum", "delta"])
+def test_retrieval_memory_matches_explicit_writes(rule):
+    """The retrieval memory equals writing W step by step and reading W φ(q) at the query."""
+    from agents.supervised import RetrievalMemory
+    from fastnet.feature_maps import dpfp, sum_normalise
+    torch.manual_seed(0)
+    task = make_task("retrieval2", num_keys=5)
+    model = RetrievalMemory(task, 8, 6, "fast_weight", rule, "dpfp", "sum", 1, 4)
+    batch = next(task.train_batches(3))
+    out, _, _ = model(batch.x, (), None)
+    for b in range(3):
+        W = torch.zeros(5, 12)
+        x = batch.x[:, b]
+        for t in range(x.shape[0] - 1):
+            v = torch.nn.functional.one_hot(x[t, 1], 5).float()
+            kv = torch.cat([model.embed(x[t, 0]), v])
+            k = sum_normalise(dpfp(model.W_K(kv)))
+            beta = torch.sigmoid(model.W_beta(kv)) if rule == "delta" else 1.0
+            W = W + beta * torch.outer(v - (W @ k if rule == "delta" else 0), k)
+        q = sum_normalise(dpfp(model.W_Q(model.embed(x[-1, 0]))))
+        torch.testing.assert_close(out[-1, b], W @ q, rtol=1e-4, atol=1e-5)
+        assert not out[:-1, b].any()
