@@ -56,7 +56,7 @@ class LSTMCore(nn.Module):
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         shape = (self.config.num_layers, self.config.hidden_size)
-        return zeros_state([shape, shape], batch_size, device)
+        return zeros_state([shape, shape], batch_size, device, self.lstm.weight_ih_l0.dtype)
 
     def forward(self, x: Tensor, state: State, done: Tensor) -> tuple[Tensor, State, dict]:
         cuts = [0] + [t for t in range(1, x.shape[0]) if done[t].any()] + [x.shape[0]]
@@ -106,7 +106,8 @@ class BlockStack(nn.Module):
         raise NotImplementedError
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
-        return zeros_state([s for shapes in self._state_shapes for s in shapes], batch_size, device)
+        shapes = [s for layer_shapes in self._state_shapes for s in layer_shapes]
+        return zeros_state(shapes, batch_size, device, self.input_proj.weight.dtype)
 
     def forward(self, x: Tensor, state: State, done: Tensor) -> tuple[Tensor, State, dict]:
         h, new_state, i = self.input_proj(x), [], 0

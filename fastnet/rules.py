@@ -90,102 +90,102 @@ def fast_weight_sequence(
     return FastWeightSequence.apply(rule, q, k, v, beta, done, initial_state, key_scale)
 
 
-def _write(rule: str, W: Tensor, k: Tensor, v: Tensor, beta: Tensor, key_scale: Tensor) -> tuple[Tensor, Tensor]:
-    """One write; returns the new W and the increment's value factor u (W_t - W' = u ⊗ k)."""
-    if rule == "sum":
-        u = v
-    elif rule == "delta":
-        u = beta.unsqueeze(-1) * (v - key_scale.unsqueeze(-1) * torch.einsum("bhvk,bhk->bhv", W, k))
-    else:
-        return gated_rule_step(W, k, v, beta), v
-    return W + u.unsqueeze(-1) * k.unsqueeze(-2), u
-
-
 class FastWeightSequence(torch.autograd.Function):
     """Reversible sequence op for the sum, delta and gated rules (CPU reference).
 
-    Forward keeps only the per-step value factors u_t ([T,B,H,dv]), the state just before
-    each reset (for the batch elements that reset), and for the gated rule a checkpoint of
-    W every ⌈√T⌉ steps. Backward recovers W_{t-1} from W_t by undoing the write,
-    W' = W_t - u_t ⊗ k_t (sum, delta); the gated rule cannot be undone stably (it would
-    divide by 1-β), so it replays each ⌈√T⌉-step chunk from its checkpoint instead.
+    Forward keeps only the per-step value factors u_t ([T,B,H,dv], where W_t - W' = u_t ⊗ k_t
+    and W' is the state after the reset and before the write), the state just before each
+    reset (for the batch elements that reset), and for the gated rule a checkpoint of W every
+    ⌈√T⌉ steps. Backward recovers W' from W_t by undoing the write, W' = W_t - u_t ⊗ k_t
+    (sum, delta); the gated rule cannot be undone stably (it would divide by 1-β), so it
+    replays each ⌈√T⌉-step chunk from its checkpoint instead. Heads are folded into the batch
+    (N = B·H) so every step is a handful of batched matrix products.
     """
 
     @staticmethod
     def forward(ctx, rule, q, k, v, beta, done, W0, key_scale):
-        T = q.shape[0]
-        chunk = max(1, math.isqrt(T - 1) + 1) if rule == "gated" else 0
-        W = W0
-        us, ys, pre_reset, checkpoints = [], [], {}, {}
+        T, B, H, dk = k.shape
+        dv = v.shape[-1]
+        q, k, v = (x.reshape(T, B * H, -1) for x in (q, k, v))
+        beta, key_scale = beta.reshape(T, B * H), key_scale.reshape(T, B * H)
+        resets = done.repeat_interleave(H, dim=1)
+        chunk = math.isqrt(T - 1) + 1 if rule == "gated" else 0
+        W = W0.reshape(B * H, dv, dk).clone()
+        y, us = q.new_empty(T, B * H, dv), q.new_empty(T, B * H, dv)
+        pre_reset, checkpoints = {}, {}
         for t in range(T):
             if done[t].any():
-                pre_reset[t] = W[done[t]]
-                W = W * (~done[t]).to(W.dtype)[:, None, None, None]
+                pre_reset[t] = W[resets[t]].clone()
+                W[resets[t]] = 0
             if chunk and t % chunk == 0:
-                checkpoints[t] = W
-            W, u = _write(rule, W, k[t], v[t], beta[t], key_scale[t])
-            us.append(u)
-            ys.append(torch.einsum("bhvk,bhk->bhv", W, q[t]))
-        ctx.rule, ctx.chunk, ctx.pre_reset, ctx.checkpoints = rule, chunk, pre_reset, checkpoints
-        ctx.save_for_backward(q, k, v, beta, done, key_scale, torch.stack(us), W)
-        return torch.stack(ys), W
+                checkpoints[t] = W.clone()
+            if rule == "delta":
+                retrieved = torch.bmm(W, k[t, :, :, None]).squeeze(-1)
+                us[t] = beta[t, :, None] * (v[t] - key_scale[t, :, None] * retrieved)
+            elif rule == "gated":
+                W.mul_(1 - beta[t, :, None, None])
+                us[t] = beta[t, :, None] * v[t]
+            else:
+                us[t] = v[t]
+            W.baddbmm_(us[t, :, :, None], k[t, :, None, :])
+            torch.bmm(W, q[t, :, :, None], out=y[t, :, :, None])
+        ctx.rule, ctx.chunk, ctx.shape = rule, chunk, (T, B, H, dk, dv)
+        ctx.pre_reset, ctx.checkpoints = pre_reset, checkpoints
+        ctx.save_for_backward(q, k, v, beta, resets, key_scale, us, W)
+        return y.view(T, B, H, dv), W.view(B, H, dv, dk)
 
     @staticmethod
     def backward(ctx, dy, dW_final):
-        q, k, v, beta, done, key_scale, us, W = ctx.saved_tensors
-        rule, T = ctx.rule, q.shape[0]
-        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        q, k, v, beta, resets, key_scale, us, W_final = ctx.saved_tensors
+        rule, (T, B, H, dk, dv) = ctx.rule, ctx.shape
+        dy = dy.reshape(T, B * H, dv)
+        dq, dk_, dv_ = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         dbeta, dscale = torch.zeros_like(beta), torch.zeros_like(key_scale)
-        G = dW_final.clone() if dW_final is not None else torch.zeros_like(W)
+        G = dW_final.reshape(B * H, dv, dk).clone() if dW_final is not None else torch.zeros_like(W_final)
+        W = W_final.clone()
         replayed: dict[int, Tensor] = {}
         for t in reversed(range(T)):
-            kt, vt, bt, qt = k[t], v[t], beta[t], q[t]
-            G = G + dy[t].unsqueeze(-1) * qt.unsqueeze(-2)
-            dq[t] = torch.einsum("bhvk,bhv->bhk", W, dy[t])
-            # W' is the state after the reset and before the write of step t.
-            if rule == "gated":
+            kt, vt, bt = k[t], v[t], beta[t, :, None]
+            G.baddbmm_(dy[t, :, :, None], q[t, :, None, :])
+            dq[t] = torch.bmm(dy[t, :, None, :], W).squeeze(1)
+            if rule == "gated":  # W becomes W' (after the reset, before the write)
                 if t not in replayed:
                     replayed = _replay_chunk(ctx, t)
-                W_prev = replayed.pop(t)
+                W = replayed.pop(t)
             else:
-                W_prev = W - us[t].unsqueeze(-1) * kt.unsqueeze(-2)
-            Gk = torch.einsum("bhvk,bhk->bhv", G, kt)
+                W.baddbmm_(us[t, :, :, None], kt[:, None, :], alpha=-1)
+            Gk = torch.bmm(G, kt[:, :, None]).squeeze(-1)
             if rule == "sum":
-                dv[t], dk[t] = Gk, torch.einsum("bhvk,bhv->bhk", G, vt)
+                dv_[t], dk_[t] = Gk, torch.bmm(vt[:, None, :], G).squeeze(1)
             elif rule == "delta":
-                s = key_scale[t].unsqueeze(-1)
-                retrieved = torch.einsum("bhvk,bhk->bhv", W_prev, kt)
-                u = us[t]
-                dv[t] = bt.unsqueeze(-1) * Gk
+                retrieved = torch.bmm(W, kt[:, :, None]).squeeze(-1)
+                s = key_scale[t, :, None]
+                dv_[t] = bt * Gk
                 dbeta[t] = (Gk * (vt - s * retrieved)).sum(-1)
-                dscale[t] = -(bt.unsqueeze(-1) * Gk * retrieved).sum(-1)
-                dk[t] = torch.einsum("bhvk,bhv->bhk", G, u) - torch.einsum(
-                    "bhvk,bhv->bhk", W_prev, s * bt.unsqueeze(-1) * Gk
-                )
-                G = G - (s * bt.unsqueeze(-1) * Gk).unsqueeze(-1) * kt.unsqueeze(-2)
+                dscale[t] = -(bt * Gk * retrieved).sum(-1)
+                sbGk = s * bt * Gk
+                dk_[t] = torch.bmm(us[t, :, None, :], G).squeeze(1) - torch.bmm(sbGk[:, None, :], W).squeeze(1)
+                G.baddbmm_(sbGk[:, :, None], kt[:, None, :], alpha=-1)
             else:
-                b = bt[..., None, None]
-                dv[t] = bt.unsqueeze(-1) * Gk
-                dk[t] = bt.unsqueeze(-1) * torch.einsum("bhvk,bhv->bhk", G, vt)
-                dbeta[t] = (Gk * vt).sum(-1) - (G * W_prev).sum((-1, -2))
-                G = (1 - b) * G
+                dv_[t] = bt * Gk
+                dk_[t] = bt * torch.bmm(vt[:, None, :], G).squeeze(1)
+                dbeta[t] = (Gk * vt).sum(-1) - (G * W).sum((-1, -2))
+                G.mul_(1 - bt[:, :, None])
             if t in ctx.pre_reset:
-                keep = (~done[t]).to(G.dtype)[:, None, None, None]
-                G = G * keep
-                W_prev = W_prev.clone()
-                W_prev[done[t]] = ctx.pre_reset[t]
-            W = W_prev
-        return None, dq, dk, dv, dbeta, None, G, dscale
+                G[resets[t]] = 0
+                W[resets[t]] = ctx.pre_reset[t]
+        return (None, dq.view(T, B, H, dk), dk_.view(T, B, H, dk), dv_.view(T, B, H, dv), dbeta.view(T, B, H),
+                None, G.view(B, H, dv, dk), dscale.view(T, B, H))
 
 
 def _replay_chunk(ctx, t: int) -> dict[int, Tensor]:
     """Gated rule: recompute W' (post-reset, pre-write) for every step of t's chunk."""
-    q, k, v, beta, done, key_scale, _, _ = ctx.saved_tensors
+    _, k, v, beta, resets, _, _, _ = ctx.saved_tensors
     start = t - t % ctx.chunk
     W, states = ctx.checkpoints[start], {}
     for s in range(start, t + 1):
-        if s > start and done[s].any():
-            W = W * (~done[s]).to(W.dtype)[:, None, None, None]
+        if s > start and s in ctx.pre_reset:
+            W = W * (~resets[s]).to(W.dtype)[:, None, None]
         states[s] = W
-        W = gated_rule_step(W, k[s], v[s], beta[s])
+        W = (1 - beta[s, :, None, None]) * W + torch.bmm((beta[s, :, None] * v[s])[:, :, None], k[s, :, None, :])
     return states

@@ -21,6 +21,7 @@ def reset_state(state: State, done_t: Tensor) -> State:
     return tuple(s * keep.view(-1, *([1] * (s.dim() - 1))) for s in state)
 
 
-def zeros_state(shapes: list[tuple[int, ...]], batch_size: int, device: torch.device | str | None) -> State:
+def zeros_state(shapes: list[tuple[int, ...]], batch_size: int, device: torch.device | str | None,
+                dtype: torch.dtype = torch.float32) -> State:
     """A zero state with one tensor per shape (each shape excludes the batch dim)."""
-    return tuple(torch.zeros(batch_size, *shape, device=device) for shape in shapes)
+    return tuple(torch.zeros(batch_size, *shape, device=device, dtype=dtype) for shape in shapes)

@@ -1,0 +1,145 @@
+"""Every core: step mode equals sequence mode (values and gradients), resets, bad options."""
+import importlib
+
+import pytest
+import torch
+
+from fastnet import CORES, make_core
+from fastnet.registry import core_class
+
+T, B, D = 6, 3, 5
+SMALL = dict(hidden_size=16, num_layers=2, num_heads=2, head_dim=4, ff_size=24)
+CONFIGS = {
+    "ff": {},
+    "lstm": dict(hidden_size=12),
+    "linear": SMALL,
+    "delta": SMALL,
+    "rec_delta": SMALL,
+    "delta_rnn": SMALL,
+    "delta_lstm": SMALL,
+    "delta_dpfp_attention": dict(SMALL, feature_map="dpfp", dpfp_nu=2, normalisation="attention"),
+    "delta_gated_favor": dict(SMALL, feature_map="favor", update_rule="gated", favor_features=6),
+    "linear_attention_tanh": dict(SMALL, feature_map="tanh", normalisation="attention"),
+}
+
+
+def build(key):
+    name = key if key in CORES else key.split("_")[0]
+    if CORES[name].startswith("fastnet.mnm"):
+        pytest.importorskip("fastnet.mnm")
+    torch.manual_seed(0)
+    return make_core(name, D, **CONFIGS.get(key, {})).double().eval()
+
+
+def inputs():
+    torch.manual_seed(1)
+    x = torch.randn(T, B, D, dtype=torch.float64, requires_grad=True)
+    done = torch.zeros(T, B, dtype=torch.bool)
+    done[2, 0] = done[4, 1] = done[3, 2] = done[5, 2] = True
+    return x, done
+
+
+def run_sequence(core, x, done):
+    y, state, aux = core(x, core.initial_state(B), done)
+    return y, state, aux
+
+
+def run_steps(core, x, done):
+    state, ys, auxes = core.initial_state(B), [], []
+    for t in range(T):
+        y, state, aux = core(x[t:t + 1], state, done[t:t + 1])
+        ys.append(y)
+        auxes.append(aux)
+    aux = {k: torch.stack([a[k] for a in auxes]).mean() for k in auxes[0]}
+    return torch.cat(ys), state, aux
+
+
+def loss_of(y, state, aux):
+    torch.manual_seed(2)
+    out = (y * torch.randn_like(y)).sum() + sum((s * torch.randn_like(s)).sum() for s in state)
+    return out + sum(aux.values())
+
+
+@pytest.mark.parametrize("key", list(CORES) + [k for k in CONFIGS if k not in CORES])
+def test_step_mode_equals_sequence_mode(key):
+    core = build(key)
+    x, done = inputs()
+    y_seq, s_seq, aux_seq = run_sequence(core, x, done)
+    y_step, s_step, aux_step = run_steps(core, x, done)
+    torch.testing.assert_close(y_step, y_seq)
+    for a, b in zip(s_step, s_seq):
+        torch.testing.assert_close(a, b)
+    params = [x] + list(core.parameters())
+    g_seq = torch.autograd.grad(loss_of(y_seq, s_seq, aux_seq), params, allow_unused=True)
+    g_step = torch.autograd.grad(loss_of(y_step, s_step, aux_step), params, allow_unused=True)
+    for a, b in zip(g_step, g_seq):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("name", [n for n in CORES if n != "ff"])
+def test_reset_forgets_the_past(name):
+    """After done, an element's outputs do not depend on anything before the reset."""
+    core = build(name)
+    x, done = inputs()
+    y1, _, _ = run_sequence(core, x, done)
+    x2 = x.detach().clone()
+    x2[:2, 0] += torch.randn(2, D, dtype=torch.float64)  # element 0 resets at t=2
+    y2, _, _ = run_sequence(core, x2, done)
+    torch.testing.assert_close(y1[2:, 0], y2[2:, 0])
+    assert not torch.allclose(y1[:2, 0], y2[:2, 0])
+    torch.testing.assert_close(y1[:, 1:], y2[:, 1:])  # other elements untouched
+
+
+@pytest.mark.parametrize("name", [n for n in CORES if n != "ff"])
+def test_memory_carries_information(name):
+    """Without resets, early inputs change later outputs (the core is not memoryless)."""
+    core = build(name)
+    x, _ = inputs()
+    no_done = torch.zeros(T, B, dtype=torch.bool)
+    y1, _, _ = run_sequence(core, x, no_done)
+    x2 = x.detach().clone()
+    x2[0] += 1.0
+    y2, _, _ = run_sequence(core, x2, no_done)
+    assert not torch.allclose(y1[-1], y2[-1])
+
+
+def test_unknown_core_lists_choices():
+    with pytest.raises(ValueError) as err:
+        make_core("transformer", 4)
+    assert all(name in str(err.value) for name in CORES)
+
+
+@pytest.mark.parametrize("options,match", [
+    (dict(feature_map="relu"), "choose one of"),
+    (dict(num_heads="4"), "must be int"),
+    (dict(heads=4), "valid options"),
+    (dict(update_rule="hebb"), "'sum', 'delta', 'gated'"),
+    (dict(normalisation=True), "choose one of"),
+    (dict(hidden_size=0), "positive"),
+])
+def test_bad_options_raise_value_error(options, match):
+    with pytest.raises(ValueError, match=match):
+        make_core("delta", 4, **options)
+
+
+def test_bad_input_size():
+    with pytest.raises(ValueError, match="input_size"):
+        make_core("lstm", 0)
+
+
+def test_registry_entries_resolve():
+    for name, path in CORES.items():
+        module = path.split(":")[0]
+        if importlib.util.find_spec(module) is None:
+            continue
+        assert hasattr(core_class(name), "Config")
+
+
+def test_default_sizes_follow_models_md():
+    core = make_core("delta", 10)
+    c = core.config
+    assert (c.num_layers, c.num_heads, c.head_dim, c.ff_size, c.hidden_size) == (2, 4, 32, 512, 128)
+    assert core.initial_state(2)[0].shape == (2, 4, 32, 32)
+    assert make_core("lstm", 10).output_size == 256
