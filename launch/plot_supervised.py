@@ -47,6 +47,8 @@ def curves(args) -> None:
     ax.set_ylabel(args.metric)
     ax.set_yscale("log" if args.logy else "linear")
     ax.set_title(args.title)
+    if args.ymax is not None:
+        ax.set_ylim(top=args.ymax)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -93,6 +95,7 @@ def main(argv=None) -> None:
     p.add_argument("--title", default="")
     p.add_argument("--logy", action="store_true")
     p.add_argument("--dpi", type=int, default=100)
+    p.add_argument("--ymax", type=float, default=None, help="clip the y axis (diverged runs)")
     args = p.parse_args(argv)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     (curves if args.kind == "curves" else capacity)(args)
