@@ -189,3 +189,19 @@ def test_make_task_names():
         make_task("nope")
     with pytest.raises(ValueError, match="nothing is downloaded"):
         make_task("lm", path="/does/not/exist")
+
+
+def test_length_bucketing_keeps_every_example_once_per_epoch():
+    task = ListOps(10, sizes={"train": 64, "valid": 2, "test": 2}, bucket=4)
+    plain = ListOps(10, sizes={"train": 64, "valid": 2, "test": 2})
+    seen, padding, plain_padding = [], 0, 0
+    it, it_plain = task.train_batches(8), plain.train_batches(8)
+    for _ in range(8):  # one epoch
+        b, p = next(it), next(it_plain)
+        padding += int(b.x.shape[0] * 8 - sum(int(torch.nonzero(b.mask[:, i])[0]) + 1 for i in range(8)))
+        plain_padding += int(p.x.shape[0] * 8 - sum(int(torch.nonzero(p.mask[:, i])[0]) + 1 for i in range(8)))
+        for i in range(8):
+            n = int(torch.nonzero(b.mask[:, i])[0]) + 1
+            seen.append(tuple(b.x[:n, i].tolist()))
+    assert sorted(seen) == sorted(tuple(e.x.tolist()) for e in task.split("train"))
+    assert padding < plain_padding

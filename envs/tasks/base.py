@@ -109,10 +109,11 @@ class Task:
 
     spec: TaskSpec
     sizes: dict[str, Optional[int]] = {"train": 10_000, "valid": 1_000, "test": 1_000}
-    max_tries: int = 100
 
-    def __init__(self, seed: int = 0, sizes: Optional[dict] = None):
-        self.seed = seed
+    def __init__(self, seed: int = 0, sizes: Optional[dict] = None, bucket: int = 0):
+        """``bucket`` > 0: group finite training sets into batches of similar length, from
+        shuffled pools of ``bucket`` batches (0: plain shuffling)."""
+        self.seed, self.bucket = seed, bucket
         self.sizes = dict(self.sizes, **(sizes or {}))
         self._splits: dict[str, list[Example]] = {}
         self._eval_keys: Optional[set] = None
@@ -175,8 +176,18 @@ class Task:
         data = self.split("train")
         while True:
             order = rng.permutation(len(data))
-            for i in range(0, len(order) - batch_size + 1, batch_size):
-                yield collate([data[j] for j in order[i:i + batch_size]])
+            batches = [order[i:i + batch_size] for i in range(0, len(order) - batch_size + 1, batch_size)]
+            if self.bucket:
+                # sort pools of `bucket` batches by length, so that a batch holds sequences of
+                # similar length (less padding), then shuffle the batches themselves
+                pool = batch_size * self.bucket
+                batches = []
+                for i in range(0, len(order) - batch_size + 1, pool):
+                    chunk = sorted(order[i:i + pool], key=lambda j: len(data[j]))
+                    batches += [chunk[k:k + batch_size] for k in range(0, len(chunk) - batch_size + 1, batch_size)]
+                batches = [batches[i] for i in rng.permutation(len(batches))]
+            for idx in batches:
+                yield collate([data[j] for j in idx])
 
     def eval_batches(self, split: str, batch_size: int) -> Iterator[Batch]:
         data = self.split(split)

@@ -35,10 +35,11 @@ def value_class(v: int) -> int:
 
 
 class CodeExecution(Task):
-    def __init__(self, num_variables: int = 3, num_statements: int = 100, seed: int = 0, sizes=None):
+    def __init__(self, num_variables: int = 3, num_statements: int = 100, seed: int = 0, sizes=None,
+                 bucket: int = 0):
         if not 1 <= num_variables <= len(VARIABLE_NAMES):
             raise ValueError(f"num_variables must be in 1..{len(VARIABLE_NAMES)}")
-        super().__init__(seed, sizes)
+        super().__init__(seed, sizes, bucket)
         self.num_variables, self.num_statements = num_variables, num_statements
         self.vocab = list(VARIABLE_NAMES[:num_variables]) + KEYWORDS + [str(d) for d in range(10)]
         self.index = {w: i for i, w in enumerate(self.vocab)}

@@ -56,8 +56,9 @@ def depth_of(tokens: list[str]) -> int:
 
 
 class ListOps(Task):
-    def __init__(self, depth: int = 10, sublist_prob: float = 0.17, seed: int = 0, sizes=None):
-        super().__init__(seed, sizes)
+    def __init__(self, depth: int = 10, sublist_prob: float = 0.17, seed: int = 0, sizes=None,
+                 bucket: int = 0):
+        super().__init__(seed, sizes, bucket)
         self.depth, self.sublist_prob = depth, sublist_prob
         self.spec = TaskSpec(input_vocab=[len(VOCAB)], input_dim=None, output_size=10, loss="ce", metric="seq_acc")
 
