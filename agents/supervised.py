@@ -12,9 +12,9 @@ delta -> delta rule, overridable with ``core_options``); ``memory = softmax`` is
 softmax-attention reference (v̂ = Σ_i softmax(q·k_i) v_i).
 
 Training: Adam, linear learning-rate warm-up, gradient-norm clipping, evaluation on the
-valid split every ``eval_every`` steps, early stopping when the valid loss has not improved
-for ``patience`` steps or falls below ``target_loss``; the best model (by valid loss) is
-evaluated on the test split at the end. Checkpoints, CSV/TensorBoard logs and the progress
+valid split every ``eval_every`` steps, early stopping when the valid ``select_metric``
+(default: the loss) has not improved for ``patience`` steps or the valid loss falls below
+``target_loss``; the best model by ``select_metric`` is evaluated on the test split at the end. Checkpoints, CSV/TensorBoard logs and the progress
 line use the shared ``agents.checkpoint`` and ``agents.logger`` modules.
 """
 from __future__ import annotations
@@ -70,7 +70,10 @@ class TrainConfig:
     eval_every: int = 500
     eval_batch_size: int = 256
     patience: int = 0                  # stop after this many steps without valid-loss progress (0 = off)
-    min_delta: float = 0.0             # progress = valid loss below best - min_delta
+    min_delta: float = 0.0             # progress = valid score better than best by min_delta
+    # the valid metric that picks the best model and drives patience: loss / mse / ppl (lower is
+    # better) or token_acc / seq_acc (higher is better)
+    select_metric: Literal["loss", "mse", "ppl", "token_acc", "seq_acc"] = "loss"
     target_loss: float = 0.0           # stop once the valid loss is below this (0 = off)
     checkpoint_every: int = 1000
     resume: bool = True
@@ -302,11 +305,13 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
     if not max_steps and not t.max_time_s:
         raise ValueError("set train.max_steps, train.max_epochs or train.max_time_s")
 
-    step, best_loss, best_step, history = 0, math.inf, 0, []
+    higher = t.select_metric in ("token_acc", "seq_acc")
+    sign = -1.0 if higher else 1.0  # best_score is kept as "lower is better"
+    step, best_score, best_step, history = 0, math.inf, 0, []
     ckpt = latest_checkpoint(cfg.run_dir) if t.resume else None
     if ckpt:
         payload = load_checkpoint(ckpt, model, optimizer, scheduler, map_location=device)
-        step, best_loss, best_step = (payload["counters"]["step"], payload["best_loss"], payload["counters"]["best_step"])
+        step, best_score, best_step = (payload["counters"]["step"], payload["best_score"], payload["counters"]["best_step"])
     os.makedirs(cfg.run_dir, exist_ok=True)
     logger = Logger(cfg.run_dir, resume_step=step, print_every_s=1e9 if quiet else 5.0)
     best_path = os.path.join(cfg.run_dir, "best_model.pt")
@@ -351,10 +356,13 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
             metrics = evaluate(model, task, "valid", t.eval_batch_size, device)
             history.append({"step": step, **metrics})
             logger.log(step, {f"valid/{k}": v for k, v in metrics.items()})
-            if metrics["loss"] < best_loss - t.min_delta:
-                best_loss, best_step = metrics["loss"], step
+            if t.select_metric not in metrics:
+                raise ValueError(f"select_metric {t.select_metric!r} is not reported for this task: {list(metrics)}")
+            score = sign * metrics[t.select_metric]
+            if score < best_score - t.min_delta:
+                best_score, best_step = score, step
                 atomic_save(model.state_dict(), best_path)
-            logger.progress(step, {f"valid_{k}": v for k, v in metrics.items()} | {"best": best_loss}, force=not quiet)
+            logger.progress(step, {f"valid_{k}": v for k, v in metrics.items()} | {"best": sign * best_score}, force=not quiet)
             if t.target_loss and metrics["loss"] < t.target_loss:
                 stop_reason = "target_loss"
                 break
@@ -364,9 +372,9 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
         if t.checkpoint_every and step % t.checkpoint_every == 0:
             save_checkpoint(cfg.run_dir, model=model, optimizer=optimizer, scheduler=scheduler,
                             counters={"step": step, "best_step": best_step}, config=to_dict(cfg),
-                            best_loss=best_loss)
+                            best_score=best_score)
     save_checkpoint(cfg.run_dir, model=model, optimizer=optimizer, scheduler=scheduler,
-                    counters={"step": step, "best_step": best_step}, config=to_dict(cfg), best_loss=best_loss)
+                    counters={"step": step, "best_step": best_step}, config=to_dict(cfg), best_score=best_score)
     if os.path.exists(best_path):
         model.load_state_dict(torch.load(best_path, map_location=device))
     valid = evaluate(model, task, "valid", t.eval_batch_size, device)
@@ -379,6 +387,6 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
     with open(os.path.join(cfg.run_dir, "results.json"), "w") as f:
         json.dump(result, f, indent=1)
     if not quiet:
-        print(f"done ({stop_reason}) at step {step}: best valid loss {best_loss:.4g} at step {best_step} | "
+        print(f"done ({stop_reason}) at step {step}: best valid {t.select_metric} {sign * best_score:.4g} at step {best_step} | "
               "test " + " | ".join(f"{k} {v:.4g}" for k, v in test.items()), flush=True)
     return result

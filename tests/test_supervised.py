@@ -133,6 +133,14 @@ def test_early_stopping_and_resume(tmp_path):
     assert stopped["stop_reason"] == "patience" and stopped["steps"] == 4
 
 
+def test_select_metric_accuracy(tmp_path):
+    task = tiny_task("listops10", tmp_path)
+    cfg = tiny_config("listops10", "lstm", tmp_path, max_steps=4, eval_every=2, select_metric="seq_acc")
+    result = train(cfg, task=task, quiet=True)
+    best = max(h["seq_acc"] for h in result["history"])
+    assert result["valid"]["seq_acc"] == pytest.approx(best)
+
+
 def test_launcher_defaults_and_overrides(tmp_path):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "launch"))
     import supervised as launcher
