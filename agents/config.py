@@ -204,7 +204,8 @@ def _split_argv(schema: type, argv: list[str], default_path: str | None) -> tupl
     while i < len(argv):
         flag = argv[i]
         if flag in ("-h", "--help"):
-            raise SystemExit(_usage(schema, unique))
+            print(_usage(schema, unique))
+            raise SystemExit(0)
         if not flag.startswith("--"):
             raise ConfigError(f"unexpected argument {flag!r}; use --key value or --set section.key=value")
         name, eq, inline = flag[2:].partition("=")

@@ -21,6 +21,7 @@ import gymnasium
 
 ENVS: dict[str, str] = {
     "maze": "envs.maze:Maze",
+    "atari": "envs.atari:Atari",
 }
 
 if "DeltaBeast/Maze-v0" not in gymnasium.registry:

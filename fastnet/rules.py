@@ -6,7 +6,8 @@ Secretly Fast Weight Programmers".
 
 The sequence op :func:`fast_weight_sequence` runs T steps with resets and reads the memory
 after each write (y_t = W_t q_t, Eq. 25). On CUDA it dispatches to the Triton kernels of
-``fastnet.kernels``; elsewhere it runs :class:`FastWeightSequence`, a custom autograd
+``fastnet.kernels`` (except with attention normalisation's ``key_scale``, which runs the
+reference on any device); elsewhere it runs :class:`FastWeightSequence`, a custom autograd
 Function whose backward walks back in time and *undoes* each update to recover W_{t-1}
 (appendix F), so the fast weights cost O(B·H·dv·dk) memory whatever T is.
 """
@@ -78,12 +79,12 @@ def fast_weight_sequence(
     if initial_state is None:
         initial_state = q.new_zeros(B, H, dv, dk)
     if q.is_cuda and key_scale is None:
-        from fastnet.kernels import fused_recurrent_fast_weight
+        from fastnet.kernels import delta_rule, fused_recurrent_fast_weight
 
-        y, state = fused_recurrent_fast_weight(
-            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), beta.transpose(0, 1),
-            initial_state, done.transpose(0, 1), rule,
-        )
+        args = (q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), beta.transpose(0, 1),
+                initial_state, done.transpose(0, 1))
+        # the delta rule takes the chunked kernel for T >= 256, the fused recurrent one below
+        y, state = delta_rule(*args, mode="auto") if rule == "delta" else fused_recurrent_fast_weight(*args, rule=rule)
         return y.transpose(0, 1), state
     if key_scale is None:
         key_scale = q.new_ones(T, B, H)

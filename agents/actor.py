@@ -1,0 +1,197 @@
+"""Actor processes and the shared-memory rollout buffers they fill (torchbeast monobeast's design).
+
+Each of ``num_actors`` processes steps ``envs_per_actor`` envs from ``envs.make`` and runs the
+policy on the CPU. It takes a free buffer index from ``free_queue``, writes an unroll of T+1
+steps into shared tensors, and puts the index on ``full_queue`` for the learner, which copies
+the data out and hands the index back. Index 0 of an unroll repeats the last step of the
+previous one, and ``state_*`` holds the core state before step 0, so the learner can re-run
+the unroll exactly as the actor did.
+
+Layout at step t (as monobeast): ``obs``, ``reward`` (received on arriving at obs_t), ``done``
+(obs_t starts a new episode), ``action`` (the action a_{t-1} that led to obs_t, also the
+network's "previous action" input) and ``logits`` (the behaviour logits that chose a_{t-1}).
+``episode_return`` / ``episode_length`` are the finished episode's totals where ``done``.
+
+Actors read their weights from ``model``, a shared-memory copy that the learner overwrites
+after each update, so the learner never waits for them.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import time
+import traceback
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+from torch import Tensor, nn
+
+from fastnet.state import State
+
+
+class ActorError(RuntimeError):
+    """An actor process crashed or died; the message holds its traceback or exit code."""
+
+
+def create_buffers(num_buffers: int, unroll_length: int, num_envs: int, observation_shape: tuple[int, ...],
+                   observation_dtype: torch.dtype, num_actions: int, state: State) -> dict[str, Tensor]:
+    """Shared-memory tensors [num_buffers, T+1, num_envs, ...], plus ``state_i`` [num_buffers, *state[i].shape]."""
+    steps = (num_buffers, unroll_length + 1, num_envs)
+    specs = {
+        "obs": (steps + tuple(observation_shape), observation_dtype),
+        "reward": (steps, torch.float32),
+        "done": (steps, torch.bool),
+        "action": (steps, torch.int64),
+        "logits": (steps + (num_actions,), torch.float32),
+        "episode_return": (steps, torch.float32),
+        "episode_length": (steps, torch.int32),
+    }
+    specs.update({f"state_{i}": ((num_buffers, *s.shape), s.dtype) for i, s in enumerate(state)})
+    return {key: torch.zeros(shape, dtype=dtype).share_memory_() for key, (shape, dtype) in specs.items()}
+
+
+def actor_loop(index: int, env_name: str, env_options: dict[str, Any], num_envs: int, seed: int,
+               model: nn.Module, buffers: dict[str, Tensor], free_queue: Any, full_queue: Any,
+               error_queue: Any, stop: Any) -> None:
+    """Process body: fill free buffers with unrolls until ``stop`` is set or the learner dies.
+
+    SIGINT is ignored: Ctrl-C reaches the learner, which stops the actors itself. If the learner
+    is killed outright, the actor notices its parent is gone within one unroll and exits.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    full_queue.cancel_join_thread()  # never block at exit on a learner that is gone
+    parent = os.getppid()
+    try:
+        import envs
+
+        torch.set_num_threads(1)
+        torch.manual_seed(seed)  # forked actors would otherwise share the learner's sampling stream
+        model.eval()  # e.g. FAVOR+ features are redrawn only in train mode
+        env = envs.make(env_name, num_envs=num_envs, seed=seed, **env_options)
+        unroll_length = buffers["obs"].shape[1] - 1
+        step = {
+            "obs": torch.from_numpy(env.reset()),
+            "reward": torch.zeros(num_envs),
+            "done": torch.ones(num_envs, dtype=torch.bool),
+            "action": torch.zeros(num_envs, dtype=torch.int64),
+            "logits": torch.zeros(num_envs, model.num_actions),
+            "episode_return": torch.zeros(num_envs),
+            "episode_length": torch.zeros(num_envs, dtype=torch.int32),
+        }
+        state = model.initial_state(num_envs)
+        while not stop.is_set() and os.getppid() == parent:
+            try:
+                i = free_queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            for k, s in enumerate(state):
+                buffers[f"state_{k}"][i] = s
+            for t in range(unroll_length + 1):
+                if t > 0:
+                    with torch.no_grad():
+                        logits, _, state, _ = model(step["obs"][None], step["reward"][None], step["action"][None],
+                                                    step["done"][None], state)
+                    action = torch.multinomial(torch.softmax(logits[0], dim=-1), 1).squeeze(-1)
+                    obs, reward, done, info = env.step(action.numpy())
+                    step = {
+                        "obs": torch.from_numpy(obs), "reward": torch.from_numpy(reward),
+                        "done": torch.from_numpy(done), "action": action, "logits": logits[0],
+                        "episode_return": torch.from_numpy(np.asarray(info["episode_return"], np.float32)),
+                        "episode_length": torch.from_numpy(np.asarray(info["episode_length"], np.int32)),
+                    }
+                for key, value in step.items():
+                    buffers[key][i, t] = value
+            full_queue.put(i)
+        env.close()
+    except Exception:
+        error_queue.put((index, traceback.format_exc()))
+        raise SystemExit(1)
+
+
+class ActorPool:
+    """Starts the actors, hands batches of unrolls to the learner, and stops everything.
+
+    Use as a context manager: leaving the block (normally, by an exception or by Ctrl-C) stops
+    every actor, so no process outlives the run.
+    """
+
+    def __init__(self, model: nn.Module, env_name: str, env_options: dict[str, Any], num_actors: int,
+                 envs_per_actor: int, unroll_length: int, unrolls_per_batch: int,
+                 observation_shape: tuple[int, ...], observation_dtype: torch.dtype, seeds: list[int],
+                 start_method: str = "fork"):
+        ctx = mp.get_context(start_method)
+        num_buffers = 2 * num_actors + unrolls_per_batch
+        self.buffers = create_buffers(num_buffers, unroll_length, envs_per_actor, observation_shape,
+                                      observation_dtype, model.num_actions, model.initial_state(envs_per_actor))
+        self.free_queue, self.full_queue, self.error_queue = ctx.Queue(), ctx.Queue(), ctx.Queue()
+        self.stop_event = ctx.Event()
+        for i in range(num_buffers):
+            self.free_queue.put(i)
+        self.unrolls_per_batch = unrolls_per_batch
+        self.processes = [
+            ctx.Process(target=actor_loop, name=f"actor-{i}", daemon=True,
+                        args=(i, env_name, env_options, envs_per_actor, seeds[i], model, self.buffers,
+                              self.free_queue, self.full_queue, self.error_queue, self.stop_event))
+            for i in range(num_actors)
+        ]
+
+    def __enter__(self) -> ActorPool:
+        for p in self.processes:
+            p.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def get_batch(self, should_stop: Callable[[], bool] = lambda: False) -> dict[str, Tensor] | None:
+        """``unrolls_per_batch`` unrolls joined on the batch dim: [T+1, N, ...]; ``state_i`` [N, ...].
+
+        Returns None if ``should_stop()`` turns true while waiting. Raises :class:`ActorError` as
+        soon as an actor has crashed or exited.
+        """
+        indices = []
+        while len(indices) < self.unrolls_per_batch:
+            self.check()
+            if should_stop():
+                for i in indices:
+                    self.free_queue.put(i)
+                return None
+            try:
+                indices.append(self.full_queue.get(timeout=0.5))
+            except queue.Empty:
+                pass
+        batch = {}
+        for key, buf in self.buffers.items():
+            data = buf[indices]  # advanced indexing copies, so the buffers can be reused at once
+            batch[key] = data.flatten(0, 1) if key.startswith("state_") else data.transpose(0, 1).flatten(1, 2)
+        for i in indices:
+            self.free_queue.put(i)
+        return batch
+
+    def check(self) -> None:
+        """Raise :class:`ActorError` with the traceback of any actor that crashed or died."""
+        for i, p in enumerate(self.processes):
+            if p.exitcode is not None:
+                try:
+                    index, tb = self.error_queue.get(timeout=1.0)
+                    raise ActorError(f"actor {index} crashed:\n{tb}")
+                except queue.Empty:
+                    raise ActorError(f"actor {i} died with exit code {p.exitcode}") from None
+
+    def close(self) -> None:
+        """Stop every actor: ask them, wait a little, then terminate and reap the rest."""
+        self.stop_event.set()
+        deadline = time.time() + 5.0
+        for p in self.processes:
+            if p.pid is not None:
+                p.join(timeout=max(0.0, deadline - time.time()))
+        for p in self.processes:
+            if p.is_alive():
+                p.terminate()
+                p.join()
+        for q in (self.free_queue, self.full_queue, self.error_queue):
+            q.cancel_join_thread()
+            q.close()

@@ -1,0 +1,101 @@
+"""The agent: stem -> memory core -> policy and baseline heads.
+
+The core reads [stem(x_t); r_{t-1}; onehot(a_{t-1})], the IMPALA agent input (Espeholt et al.,
+2018, Fig. 3), where r_{t-1} is clipped to ±``reward_clip`` unless that is None (the maze uses
+the raw reward). At the first step of an episode (``done_t``) the previous reward and action
+belong to the last episode, so they are zeroed, as the core state is.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fastnet import make_core
+from fastnet.registry import build_config
+from fastnet.state import State
+
+
+class MLPStem(nn.Module):
+    """Flatten the observation (scaled by 1/255 if uint8), then Linear + ReLU per hidden size."""
+
+    @dataclass
+    class Config:
+        hidden_sizes: list = field(default_factory=lambda: [64])
+
+    def __init__(self, observation_shape: tuple[int, ...], config: Config):
+        super().__init__()
+        sizes = [math.prod(observation_shape), *config.hidden_sizes]
+        self.layers = nn.Sequential(*(m for i, o in zip(sizes[:-1], sizes[1:]) for m in (nn.Linear(i, o), nn.ReLU())))
+        self.output_size = sizes[-1]
+
+    def forward(self, obs: Tensor) -> Tensor:
+        x = obs.float() / 255.0 if obs.dtype == torch.uint8 else obs.float()
+        return self.layers(x.flatten(1))
+
+
+def make_stem(name: str, observation_shape: tuple[int, ...], **cfg: Any) -> nn.Module:
+    """The stem ``name`` ("mlp"; "resnet" from ``agents.resnet``) for observations of this shape.
+
+    A stem maps obs [N, *observation_shape] to features [N, stem.output_size].
+    """
+    if name == "mlp":
+        cls = MLPStem
+    elif name == "resnet":
+        from agents.resnet import ResNetStem as cls
+    else:
+        raise ValueError(f"unknown stem {name!r}; valid stems: mlp, resnet")
+    return cls(tuple(observation_shape), build_config(cls.Config, cfg, f"stem {name!r}"))
+
+
+class AgentNet(nn.Module):
+    """stem -> core (``fastnet.make_core``) -> policy logits and baseline (linear heads)."""
+
+    def __init__(self, observation_shape: tuple[int, ...], num_actions: int, core: str,
+                 core_options: dict[str, Any], stem: str = "mlp", stem_options: dict[str, Any] | None = None,
+                 reward_clip: float | None = None, prev_action: bool = True):
+        super().__init__()
+        self.num_actions, self.reward_clip, self.prev_action = num_actions, reward_clip, prev_action
+        self.stem = make_stem(stem, observation_shape, **(stem_options or {}))
+        core_input = self.stem.output_size + 1 + (num_actions if prev_action else 0)
+        self.core = make_core(core, core_input, **core_options)
+        self.policy = nn.Linear(self.core.output_size, num_actions)
+        self.baseline = nn.Linear(self.core.output_size, 1)
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
+        return self.core.initial_state(batch_size, device)
+
+    def forward(self, obs: Tensor, prev_reward: Tensor, prev_action: Tensor, done: Tensor, state: State,
+                truncate_per_step: bool = False) -> tuple[Tensor, Tensor, State, dict[str, Tensor]]:
+        """Run T steps: obs [T,B,...], prev_reward [T,B], prev_action [T,B] (int), done [T,B] (bool).
+
+        Returns logits [T,B,A], baseline [T,B], the core state after step T-1 and the core's aux
+        losses. With ``truncate_per_step`` the core steps one step at a time and the carried state
+        is detached after each step (the official code's truncation); by default the core runs
+        the whole sequence at once, so gradients flow through the state across the T steps.
+        """
+        T, B = prev_reward.shape
+        keep = (~done).unsqueeze(-1).float()
+        reward = prev_reward.float().unsqueeze(-1)
+        if self.reward_clip is not None:
+            reward = reward.clamp(-self.reward_clip, self.reward_clip)
+        inputs = [self.stem(obs.flatten(0, 1)).view(T, B, -1), reward * keep]
+        if self.prev_action:
+            inputs.append(F.one_hot(prev_action.long(), self.num_actions).float() * keep)
+        x = torch.cat(inputs, dim=-1)
+        if truncate_per_step:
+            ys, aux_steps = [], []
+            for t in range(T):
+                y, state, aux = self.core(x[t:t + 1], state, done[t:t + 1])
+                state = tuple(s.detach() for s in state)
+                ys.append(y)
+                aux_steps.append(aux)
+            y = torch.cat(ys)
+            aux = {k: torch.stack([a[k] for a in aux_steps]).mean() for k in aux_steps[0]}
+        else:
+            y, state, aux = self.core(x, state, done)
+        return self.policy(y), self.baseline(y).squeeze(-1), state, aux

@@ -1,0 +1,170 @@
+"""Batched Atari 2600 games from ale-py's threaded C++ ``AtariVectorEnv`` (ENVS.md, "Atari").
+
+Preprocessing (all inside ale-py's vector env): sticky actions with p = 0.25, frame skip 4
+with max-pooling over the last two frames, up to 30 no-ops at reset, 84x84 grey, a stack of 4
+frames, the minimal (game-specific) action set, and the emulator's own episode limit of
+108,000 frames (30 minutes of play) as the only time limit.
+
+What the agent sees and what is reported:
+
+* Rewards are the raw game score changes (ale-py's reward clipping is off); the learner clips
+  them (config ``network.reward_clip``).
+* An episode is a whole game, over all lives: ale-py's ``episodic_life`` is off, so ``done``
+  is set only at game over (or at the frame limit), and ``info["episode_return"]`` is the game
+  score of the whole game, never that of one life.
+* No FIRE press at reset (ENVS.md lists none); ``fire_reset=True`` turns ale-py's on.
+
+``envs.make("atari", num_envs=N, seed=s, game="Pong")`` returns :class:`Atari`; ``game``
+takes the Gymnasium names ("MsPacman", "SpaceInvaders"), ale-py's ROM ids ("ms_pacman") or
+"ALE/MsPacman-v5", case-insensitively, and any of the ROMs that ale-py ships.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import numpy as np
+
+# The 20 games of Tables 9 and 10 (ENVS.md), in the tables' order, with their ROM ids.
+PAPER_GAMES: dict[str, str] = {
+    "Alien": "alien", "Amidar": "amidar", "Assault": "assault", "BattleZone": "battle_zone",
+    "Berzerk": "berzerk", "BankHeist": "bank_heist", "BeamRider": "beam_rider",
+    "DemonAttack": "demon_attack", "Gopher": "gopher", "Jamesbond": "jamesbond",
+    "KungFuMaster": "kung_fu_master", "MsPacman": "ms_pacman", "Pong": "pong", "Qbert": "qbert",
+    "Robotank": "robotank", "Seaquest": "seaquest", "SpaceInvaders": "space_invaders",
+    "StarGunner": "star_gunner", "UpNDown": "up_n_down", "Zaxxon": "zaxxon",
+}
+
+
+def _camel(rom_id: str) -> str:
+    return "".join(part.capitalize() for part in rom_id.split("_"))
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def available_games() -> list[str]:
+    """Every game ale-py ships, by its Gymnasium name (``Pong``, ``MsPacman``, ...), sorted."""
+    from ale_py import roms
+
+    return sorted(_camel(r) for r in roms.get_all_rom_ids())
+
+
+def rom_id(game: str) -> str:
+    """ale-py's ROM id for ``game``; ``ValueError`` listing the valid games if there is none."""
+    from ale_py import roms
+
+    name = game
+    m = re.fullmatch(r"(?:ALE/)?(.+?)(?:NoFrameskip)?(?:-v\d+)?", game)
+    if m:
+        name = m.group(1)
+    table = {_key(r): r for r in roms.get_all_rom_ids()}
+    if isinstance(game, str) and _key(name) in table:
+        return table[_key(name)]
+    raise ValueError(f"unknown Atari game {game!r}; valid games (ENVS.md's 20: {', '.join(PAPER_GAMES)}); "
+                     f"all of ale-py's: {', '.join(available_games())}")
+
+
+def canonical_name(game: str) -> str:
+    """The Gymnasium-style name of ``game`` (``"ms_pacman"`` -> ``"MsPacman"``)."""
+    return _camel(rom_id(game))
+
+
+class Atari:
+    """N Atari games stepped by ale-py's ``AtariVectorEnv``, with torchbeast-style automatic reset.
+
+    ``step`` returns ``(obs [N,4,84,84] uint8, reward [N] float32 (raw score), done [N] bool,
+    info)`` with ``info = {"episode_return": float32 [N], "episode_length": int32 [N],
+    "lives": int32 [N]}``. Where ``done[i]`` the game of env i ended at this step (game over,
+    or the frame limit) and env i was reset: ``obs[i]`` is the first observation of the new
+    game, ``reward[i]`` the last reward of the finished one, and the info entries its totals
+    (whole-game score and length in agent steps); elsewhere they are running totals.
+    Actions are indices into the game's minimal action set, ``0 .. num_actions-1``.
+    """
+
+    observation_shape: tuple[int, ...] = (4, 84, 84)
+    observation_dtype: np.dtype = np.dtype(np.uint8)
+
+    def __init__(self, num_envs: int, seed: int = 0, *, game: str = "Pong", sticky_action_prob: float = 0.25,
+                 frame_skip: int = 4, noop_max: int = 30, frame_stack: int = 4, max_episode_frames: int = 108_000,
+                 fire_reset: bool = False, full_action_space: bool = False, num_threads: int = 0) -> None:
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+        if not 0.0 <= sticky_action_prob <= 1.0:
+            raise ValueError(f"sticky_action_prob must be in [0, 1], got {sticky_action_prob!r}")
+        for name, value, low in (("frame_skip", frame_skip, 1), ("noop_max", noop_max, 0),
+                                 ("frame_stack", frame_stack, 1), ("max_episode_frames", max_episode_frames, 1),
+                                 ("num_threads", num_threads, 0)):
+            if value < low:
+                raise ValueError(f"{name} must be >= {low}, got {value!r}")
+        from ale_py.vector_env import AtariVectorEnv
+
+        self.game = canonical_name(game)
+        self.num_envs = int(num_envs)
+        self.seed_value = int(seed)
+        threads = num_threads or min(self.num_envs, os.cpu_count() or 1)
+        self._env = AtariVectorEnv(
+            rom_id(game), self.num_envs, num_threads=threads, repeat_action_probability=float(sticky_action_prob),
+            frameskip=int(frame_skip), maxpool=True, noop_max=int(noop_max), stack_num=int(frame_stack),
+            img_height=84, img_width=84, grayscale=True, max_num_frames_per_episode=int(max_episode_frames),
+            full_action_space=bool(full_action_space), episodic_life=False, life_loss_info=False,
+            reward_clipping=False, use_fire_reset=bool(fire_reset), autoreset_mode="SameStep",
+        )
+        self.observation_shape = (int(frame_stack), 84, 84)
+        self.num_actions = int(self._env.single_action_space.n)
+        self._ids = np.arange(self.num_envs)
+        self._return = np.zeros(self.num_envs, np.float64)
+        self._length = np.zeros(self.num_envs, np.int64)
+
+    def reset(self) -> np.ndarray:
+        """Start a new game in every env (env i seeded with ``(seed + i) mod 2**31``); returns obs uint8 [N,4,84,84]."""
+        seeds = (self.seed_value + np.arange(self.num_envs, dtype=np.int64)) % (2**31)
+        obs, info = self._env.reset(seed=seeds)
+        self._return[:] = 0.0
+        self._length[:] = 0
+        return self._ordered(obs, info)
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """Step every env with ``actions`` (int [N], values in 0..num_actions-1); see the class docstring."""
+        actions = np.asarray(actions)
+        if actions.shape != (self.num_envs,) or actions.dtype.kind not in "iu":
+            raise ValueError(f"actions must be an int array of shape ({self.num_envs},), "
+                             f"got {actions.dtype} {actions.shape}")
+        if actions.size and (actions.min() < 0 or actions.max() >= self.num_actions):
+            raise ValueError(f"actions must be in 0..{self.num_actions - 1}, got {actions}")
+        obs, reward, terminated, truncated, info = self._env.step(actions.astype(np.int64, copy=False))
+        order = self._order(info)
+        if order is not None:
+            obs, reward, terminated, truncated = obs[order], reward[order], terminated[order], truncated[order]
+            info = {k: v[order] for k, v in info.items()}
+        reward = np.asarray(reward, np.float32)
+        done = np.logical_or(terminated, truncated)
+        self._return += reward
+        self._length += 1
+        episode_return = self._return.astype(np.float32)
+        episode_length = self._length.astype(np.int32)
+        self._return[done] = 0.0
+        self._length[done] = 0
+        return obs, reward, done, {"episode_return": episode_return, "episode_length": episode_length,
+                                   "lives": np.asarray(info["lives"], np.int32)}
+
+    def _order(self, info: dict[str, np.ndarray]) -> np.ndarray | None:
+        ids = info.get("env_id")
+        if ids is None or np.array_equal(ids, self._ids):
+            return None
+        return np.argsort(ids)
+
+    def _ordered(self, obs: np.ndarray, info: dict[str, np.ndarray]) -> np.ndarray:
+        order = self._order(info)
+        return obs if order is None else obs[order]
+
+    def close(self) -> None:
+        self._env.close()
+
+    def __enter__(self) -> Atari:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,342 @@
+"""Fused recurrent Triton kernels for the sum, delta and gated fast-weight rules.
+
+Layout: batch-major q, k [B,T,H,DK], v [B,T,H,DV], beta [B,T,H], done [B,T], state
+W [B,H,DV,DK] (value x key). One program owns a block of BV value rows of one (b, h) state;
+the rows are independent under all three rules (the write u_i k_j and the reads W k, W q act
+row by row), so the grid is (DV/BV, B*H). W stays in registers in fp32 for the whole sequence.
+
+Per step t: W = W * (1 - done[b,t]); write; y_t = W_t q_t (read after write).
+
+Backward, without one W per step (Schlag et al. 2021, appendix F):
+  * sum / delta: forward saves the value factor u_t of each write (delta only; for sum u = v),
+    backward walks back in time and undoes each write, W_{t-1}' = W_t - u_t k_t^T. At a reset,
+    the zeroed state cannot be undone; the state before the reset is rebuilt by replaying the
+    writes u_s k_s^T of the segment since the previous reset (or from W0), which costs at most
+    T extra rank-1 updates in total and no memory.
+  * gated: cannot be undone stably (divides by 1 - beta). Forward checkpoints W (after the
+    reset, before the write) every C = ceil(sqrt(T)) steps; backward replays each chunk from
+    its checkpoint into a per-program scratch of C states, then walks it backwards.
+    Extra memory: B*H*DV*DK*(ceil(T/C) + C) fp32.
+dq, dk and dbeta sum over value rows; with DV/BV > 1 blocks they are written as fp32
+partials per block and summed on the host.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from fastnet.kernels._common import check_device, check_dtype, check_head_size, seg_start
+
+RULE_IDS = {"sum": 0, "delta": 1, "gated": 2}
+
+
+def pick_bv(dk: int, dv: int) -> int:
+    """Value-row block: keep one fp32 [BV, DK] tile at <= 4096 elements (W and G in backward)."""
+    return min(dv, max(16, 4096 // dk), 64)
+
+
+def pick_warps(bv: int, dk: int) -> int:
+    return 4 if bv * dk <= 4096 else 8
+
+
+@triton.jit
+def _fw_fwd_kernel(
+    q, k, v, beta, done, w0, y, wT, u_out, ckpt,
+    T, H, CHUNK,
+    DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
+    RULE: tl.constexpr, HAS_W0: tl.constexpr,
+):
+    pid_v = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    rows = pid_v * BV + tl.arange(0, BV)
+    cols = tl.arange(0, DK)
+    tile = rows[:, None] * DK + cols[None, :]
+    sbase = pid_bh.to(tl.int64) * DV * DK
+    if HAS_W0:
+        W = tl.load(w0 + sbase + tile).to(tl.float32)
+    else:
+        W = tl.zeros([BV, DK], dtype=tl.float32)
+    for t in range(T):
+        base = ((b * T + t) * H + h).to(tl.int64)
+        kt = tl.load(k + base * DK + cols).to(tl.float32)
+        qt = tl.load(q + base * DK + cols).to(tl.float32)
+        vt = tl.load(v + base * DV + rows).to(tl.float32)
+        dt = tl.load(done + b * T + t).to(tl.float32)
+        W = W * (1.0 - dt)
+        if RULE == 0:
+            W += vt[:, None] * kt[None, :]
+        elif RULE == 1:
+            bt = tl.load(beta + base).to(tl.float32)
+            u = bt * (vt - tl.sum(W * kt[None, :], axis=1))
+            tl.store(u_out + base * DV + rows, u)
+            W += u[:, None] * kt[None, :]
+        else:
+            if t % CHUNK == 0:
+                c = t // CHUNK
+                tl.store(ckpt + (pid_bh.to(tl.int64) * ((T + CHUNK - 1) // CHUNK) + c) * DV * DK + tile, W)
+            bt = tl.load(beta + base).to(tl.float32)
+            W = (1.0 - bt) * W + (bt * vt)[:, None] * kt[None, :]
+        yt = tl.sum(W * qt[None, :], axis=1)
+        tl.store(y + base * DV + rows, yt.to(y.dtype.element_ty))
+    tl.store(wT + sbase + tile, W)
+
+
+@triton.jit
+def _fw_bwd_undo_kernel(
+    q, k, v, beta, done, seg, w0, wT, u_in, dy, dwT,
+    dq_p, dk_p, dv, dbeta_p, dw0,
+    T, H, B,
+    DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
+    RULE: tl.constexpr, HAS_W0: tl.constexpr, HAS_DWT: tl.constexpr,
+):
+    pid_v = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    rows = pid_v * BV + tl.arange(0, BV)
+    cols = tl.arange(0, DK)
+    tile = rows[:, None] * DK + cols[None, :]
+    sbase = pid_bh.to(tl.int64) * DV * DK
+    # partial buffers: [NV, B, T, H, ...]
+    pbase = pid_v.to(tl.int64) * B * T * H
+    W = tl.load(wT + sbase + tile)
+    if HAS_DWT:
+        G = tl.load(dwT + sbase + tile).to(tl.float32)
+    else:
+        G = tl.zeros([BV, DK], dtype=tl.float32)
+    for i in range(T):
+        t = T - 1 - i
+        base = ((b * T + t) * H + h).to(tl.int64)
+        kt = tl.load(k + base * DK + cols).to(tl.float32)
+        qt = tl.load(q + base * DK + cols).to(tl.float32)
+        vt = tl.load(v + base * DV + rows).to(tl.float32)
+        dyt = tl.load(dy + base * DV + rows).to(tl.float32)
+        dt = tl.load(done + b * T + t)
+        G += dyt[:, None] * qt[None, :]
+        tl.store(dq_p + (pbase + base) * DK + cols, tl.sum(W * dyt[:, None], axis=0))
+        if RULE == 0:
+            u = vt
+        else:
+            u = tl.load(u_in + base * DV + rows)
+        W = W - u[:, None] * kt[None, :]  # W'_t: after the reset, before the write
+        Gk = tl.sum(G * kt[None, :], axis=1)
+        if RULE == 0:
+            tl.store(dv + base * DV + rows, Gk.to(dv.dtype.element_ty))
+            tl.store(dk_p + (pbase + base) * DK + cols, tl.sum(G * u[:, None], axis=0))
+        else:
+            bt = tl.load(beta + base).to(tl.float32)
+            bGk = bt * Gk
+            tl.store(dv + base * DV + rows, bGk.to(dv.dtype.element_ty))
+            resid = vt - tl.sum(W * kt[None, :], axis=1)
+            tl.store(dbeta_p + pbase + base, tl.sum(Gk * resid, axis=0))
+            dkt = tl.sum(G * u[:, None], axis=0) - tl.sum(W * bGk[:, None], axis=0)
+            tl.store(dk_p + (pbase + base) * DK + cols, dkt)
+            G = G - bGk[:, None] * kt[None, :]
+        if dt != 0:
+            # reset before step t: no gradient flows further back, and the state before the
+            # reset is rebuilt by replaying the writes since the previous reset (or W0).
+            G = G * 0.0
+            s0 = tl.load(seg + b * T + tl.maximum(t - 1, 0))
+            keep0 = 1.0 - tl.load(done + b * T + s0).to(tl.float32)
+            if HAS_W0:
+                W = tl.load(w0 + sbase + tile).to(tl.float32) * keep0
+            else:
+                W = tl.zeros([BV, DK], dtype=tl.float32)
+            for s in range(s0, t):
+                bs = ((b * T + s) * H + h).to(tl.int64)
+                ks = tl.load(k + bs * DK + cols).to(tl.float32)
+                if RULE == 0:
+                    us = tl.load(v + bs * DV + rows).to(tl.float32)
+                else:
+                    us = tl.load(u_in + bs * DV + rows)
+                W += us[:, None] * ks[None, :]
+    tl.store(dw0 + sbase + tile, G)
+
+
+@triton.jit
+def _fw_bwd_gated_kernel(
+    q, k, v, beta, done, ckpt, scratch, dy, dwT,
+    dq_p, dk_p, dv, dbeta_p, dw0,
+    T, H, B, CHUNK,
+    DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, HAS_DWT: tl.constexpr,
+):
+    pid_v = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    NV = tl.num_programs(0)
+    b = pid_bh // H
+    h = pid_bh % H
+    rows = pid_v * BV + tl.arange(0, BV)
+    cols = tl.arange(0, DK)
+    tile = rows[:, None] * DK + cols[None, :]
+    ltile = tl.arange(0, BV)[:, None] * DK + cols[None, :]
+    sbase = pid_bh.to(tl.int64) * DV * DK
+    pbase = pid_v.to(tl.int64) * B * T * H
+    scr = scratch + (pid_bh.to(tl.int64) * NV + pid_v) * CHUNK * BV * DK
+    NC = ((T + CHUNK - 1) // CHUNK)
+    if HAS_DWT:
+        G = tl.load(dwT + sbase + tile).to(tl.float32)
+    else:
+        G = tl.zeros([BV, DK], dtype=tl.float32)
+    for ci in range(NC):
+        c = NC - 1 - ci
+        start = c * CHUNK
+        end = tl.minimum(start + CHUNK, T)
+        W = tl.load(ckpt + (pid_bh.to(tl.int64) * NC + c) * DV * DK + tile)
+        for s in range(start, end):
+            bs = ((b * T + s) * H + h).to(tl.int64)
+            ds = tl.load(done + b * T + s).to(tl.float32) * (s > start).to(tl.float32)
+            W = W * (1.0 - ds)
+            tl.store(scr + (s - start) * BV * DK + ltile, W)
+            ks = tl.load(k + bs * DK + cols).to(tl.float32)
+            vs = tl.load(v + bs * DV + rows).to(tl.float32)
+            bt = tl.load(beta + bs).to(tl.float32)
+            W = (1.0 - bt) * W + (bt * vs)[:, None] * ks[None, :]
+        tl.debug_barrier()
+        for j in range(0, end - start):
+            t = end - 1 - j
+            base = ((b * T + t) * H + h).to(tl.int64)
+            Wp = tl.load(scr + (t - start) * BV * DK + ltile)
+            kt = tl.load(k + base * DK + cols).to(tl.float32)
+            qt = tl.load(q + base * DK + cols).to(tl.float32)
+            vt = tl.load(v + base * DV + rows).to(tl.float32)
+            bt = tl.load(beta + base).to(tl.float32)
+            dyt = tl.load(dy + base * DV + rows).to(tl.float32)
+            dt = tl.load(done + b * T + t).to(tl.float32)
+            Wt = (1.0 - bt) * Wp + (bt * vt)[:, None] * kt[None, :]
+            G += dyt[:, None] * qt[None, :]
+            tl.store(dq_p + (pbase + base) * DK + cols, tl.sum(Wt * dyt[:, None], axis=0))
+            Gk = tl.sum(G * kt[None, :], axis=1)
+            tl.store(dv + base * DV + rows, (bt * Gk).to(dv.dtype.element_ty))
+            tl.store(dk_p + (pbase + base) * DK + cols, bt * tl.sum(G * vt[:, None], axis=0))
+            dbt = tl.sum(Gk * vt, axis=0) - tl.sum(tl.sum(G * Wp, axis=1), axis=0)
+            tl.store(dbeta_p + pbase + base, dbt)
+            G = G * ((1.0 - bt) * (1.0 - dt))
+        tl.debug_barrier()
+    tl.store(dw0 + sbase + tile, G)
+
+
+def gated_chunk(T: int) -> int:
+    return max(1, math.isqrt(max(T - 1, 0)) + 1)
+
+
+class FusedRecurrentFastWeight(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, beta, w0, done, rule, bv):
+        B, T, H, DK = q.shape
+        DV = v.shape[-1]
+        rid = RULE_IDS[rule]
+        nv = DV // bv
+        dev = q.device
+        y = torch.empty(B, T, H, DV, device=dev, dtype=q.dtype)
+        wT = torch.empty(B, H, DV, DK, device=dev, dtype=torch.float32)
+        u = torch.empty(B, T, H, DV, device=dev, dtype=torch.float32) if rid == 1 else wT
+        chunk = gated_chunk(T) if rid == 2 else 1
+        ckpt = (
+            torch.empty(B, H, triton.cdiv(T, chunk), DV, DK, device=dev, dtype=torch.float32) if rid == 2 else wT
+        )
+        done8 = done.to(torch.int8).contiguous()
+        has_w0 = w0 is not None
+        _fw_fwd_kernel[(nv, B * H)](
+            q, k, v, beta, done8, w0 if has_w0 else wT, y, wT, u, ckpt,
+            T, H, chunk, DK=DK, DV=DV, BV=bv, RULE=rid, HAS_W0=has_w0, num_warps=pick_warps(bv, DK),
+        )
+        ctx.rule, ctx.bv, ctx.chunk, ctx.has_w0 = rule, bv, chunk, has_w0
+        ctx.w0_dtype = None if w0 is None else w0.dtype
+        ctx.save_for_backward(q, k, v, beta, done8, w0, wT, u, ckpt)
+        state_dtype = q.dtype if w0 is None else w0.dtype
+        return y, (wT if state_dtype == torch.float32 else wT.to(state_dtype))
+
+    @staticmethod
+    def backward(ctx, dy, dwT):
+        q, k, v, beta, done8, w0, wT, u, ckpt = ctx.saved_tensors
+        B, T, H, DK = q.shape
+        DV = v.shape[-1]
+        bv = ctx.bv
+        nv = DV // bv
+        rid = RULE_IDS[ctx.rule]
+        dev = q.device
+        dy = dy.contiguous() if dy is not None else torch.zeros(B, T, H, DV, device=dev, dtype=q.dtype)
+        has_dwT = dwT is not None
+        dwT = dwT.float().contiguous() if has_dwT else wT
+        dq_p = torch.empty(nv, B, T, H, DK, device=dev, dtype=torch.float32)
+        dk_p = torch.empty(nv, B, T, H, DK, device=dev, dtype=torch.float32)
+        dbeta_p = torch.zeros(nv, B, T, H, device=dev, dtype=torch.float32)
+        dv = torch.empty_like(v)
+        dw0 = torch.empty(B, H, DV, DK, device=dev, dtype=torch.float32)
+        warps = pick_warps(bv, DK)
+        if rid == 2:
+            scratch = torch.empty(B * H * nv, ctx.chunk, bv, DK, device=dev, dtype=torch.float32)
+            _fw_bwd_gated_kernel[(nv, B * H)](
+                q, k, v, beta, done8, ckpt, scratch, dy, dwT, dq_p, dk_p, dv, dbeta_p, dw0,
+                T, H, B, ctx.chunk, DK=DK, DV=DV, BV=bv, HAS_DWT=has_dwT, num_warps=warps,
+            )
+        else:
+            seg = seg_start(done8.bool())
+            _fw_bwd_undo_kernel[(nv, B * H)](
+                q, k, v, beta, done8, seg, w0 if ctx.has_w0 else wT, wT, u, dy, dwT,
+                dq_p, dk_p, dv, dbeta_p, dw0,
+                T, H, B, DK=DK, DV=DV, BV=bv, RULE=rid, HAS_W0=ctx.has_w0, HAS_DWT=has_dwT, num_warps=warps,
+            )
+        dq = dq_p.sum(0).to(q.dtype)
+        dk = dk_p.sum(0).to(k.dtype)
+        dbeta = dbeta_p.sum(0).to(beta.dtype)
+        dw0_out = dw0.to(ctx.w0_dtype) if ctx.has_w0 else None
+        return dq, dk, dv, dbeta, dw0_out, None, None, None
+
+
+RULES = tuple(RULE_IDS)
+
+
+def fused_recurrent_fast_weight(q, k, v, beta=None, initial_state=None, done=None, rule="delta", block_v=None):
+    """Fused recurrent sum / delta / gated fast-weight sequence op (batch-major).
+
+    Args:
+        q, k: [B,T,H,dk]; v: [B,T,H,dv] (phi already applied), fp32 or bf16.
+        beta: [B,T,H] (ignored by "sum"; may be None for it).
+        initial_state: [B,H,dv,dk] or None (zeros).
+        done: [B,T] bool or None; where set, the state is zeroed before that step.
+        rule: "sum", "delta" or "gated".
+        block_v: value rows per program (power of two dividing dv); default :func:`pick_bv`.
+    Returns:
+        y [B,T,H,dv] (dtype of q) with y_t = W_t q_t, and the final state [B,H,dv,dk]
+        (dtype of initial_state, or of q when it is None).
+    Differentiable in q, k, v, beta and initial_state.
+    """
+    if rule not in RULE_IDS:
+        raise ValueError(f"unknown update rule {rule!r}; choose one of {list(RULES)}")
+    if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[:3] != q.shape[:3]:
+        raise ValueError(f"expected q, k [B,T,H,dk] and v [B,T,H,dv]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    B, T, H, DK = q.shape
+    DV = v.shape[-1]
+    check_head_size("dk", DK)
+    check_head_size("dv", DV)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_dtype(name, x)
+    if beta is None:
+        if rule != "sum":
+            raise ValueError(f"the {rule} rule needs beta")
+        beta = q.new_ones(B, T, H)
+    check_dtype("beta", beta)
+    if beta.shape != (B, T, H):
+        raise ValueError(f"beta must be [B,T,H]={[B, T, H]}, got {list(beta.shape)}")
+    if done is None:
+        done = torch.zeros(B, T, dtype=torch.bool, device=q.device)
+    if done.shape != (B, T):
+        raise ValueError(f"done must be [B,T]={[B, T]}, got {list(done.shape)}")
+    if initial_state is not None:
+        check_dtype("initial_state", initial_state)
+        if initial_state.shape != (B, H, DV, DK):
+            raise ValueError(f"initial_state must be [B,H,dv,dk]={[B, H, DV, DK]}, got {list(initial_state.shape)}")
+        initial_state = initial_state.contiguous()
+    check_device(q, k, v, beta, done, *([initial_state] if initial_state is not None else []))
+    bv = pick_bv(DK, DV) if block_v is None else block_v
+    if bv < 16 or DV % bv or bv & (bv - 1):
+        raise ValueError(f"block_v={bv} must be a power of two >= 16 dividing dv={DV}")
+    return FusedRecurrentFastWeight.apply(
+        q.contiguous(), k.contiguous(), v.contiguous(), beta.contiguous(), initial_state, done, rule, bv
+    )

@@ -1,0 +1,347 @@
+"""Score Atari checkpoints as Tables 9 and 10 do: 5 runs x 30 episodes, mean ± std of the 5 run means.
+
+    python launch/evaluate.py runs/atari-Pong-delta                 # its milestone checkpoints (50M, 200M)
+    python launch/evaluate.py runs/atari-*-* --steps 50000000 200000000 --out runs/eval
+    python launch/evaluate.py runs/atari-Pong-lstm/checkpoint.pt --sample   # sample instead of argmax
+
+Each argument is a checkpoint file or a run directory; a directory stands for its milestone
+checkpoints ``checkpoint-<step>.pt`` (those at ``--steps`` if given), or for its latest
+``checkpoint.pt`` if it has none. Every checkpoint is scored in ``--runs`` (5) independent runs
+of ``--episodes`` (30) whole games each, with the env options it was trained with (sticky
+actions 0.25, the emulator's 108,000-frame limit and no other time limit). Actions are the
+argmax of the policy, as in the papers' code; ``--sample`` samples from it instead. Run r of a
+checkpoint plays ``--envs_per_run`` games at once (default: all of its episodes), seeded with
+``seed + r * envs_per_run + i``; each env contributes its first ``episodes / envs_per_run``
+whole games, so short games are not favoured.
+
+Reported per checkpoint: the 5 run means, their mean and their standard deviation (numpy's
+``std``, ddof 0; ``--ddof 1`` for the sample std). The (checkpoint, run) jobs run in parallel
+over ``--workers`` processes (default: all cores). Writes ``OUT/evaluation.json`` (every
+episode's score and length) and ``OUT/evaluation.md``: one table per step in Table 9/10's
+layout (rows games, columns cores), each cell ours with the paper's figure beside it where the
+paper has one (50M: Table 9, 200M: Table 10).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import multiprocessing as mp
+import os
+import re
+import sys
+import time
+from typing import Any, Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "launch"))
+
+import numpy as np  # noqa: E402
+
+from atari_paper import PAPER_SCORES, TABLE_COLUMNS, TABLE_OF_STEP  # noqa: E402
+
+_MILESTONE = re.compile(r"checkpoint-(\d+)\.pt$")
+# How close (relative) a checkpoint's step must be to 50M / 200M to sit beside Table 9 / 10.
+STEP_TOLERANCE = 0.01
+
+
+# ---------------------------------------------------------------- the protocol, for any policy
+
+
+def play(env: Any, policy: Any, episodes_per_env: int) -> tuple[list[list[float]], list[list[int]]]:
+    """Step ``env`` with ``policy`` until each of its envs has finished ``episodes_per_env`` episodes.
+
+    ``policy(obs, prev_reward, prev_action, done) -> actions [N]`` sees what an actor sees
+    (``done`` set on each first step of an episode, the start included). Returns per env the
+    scores and lengths of its first ``episodes_per_env`` episodes.
+    """
+    n = env.num_envs
+    scores: list[list[float]] = [[] for _ in range(n)]
+    lengths: list[list[int]] = [[] for _ in range(n)]
+    obs = env.reset()
+    reward, action, done = np.zeros(n, np.float32), np.zeros(n, np.int64), np.ones(n, bool)
+    while min(len(s) for s in scores) < episodes_per_env:
+        action = np.asarray(policy(obs, reward, action, done), np.int64)
+        obs, reward, done, info = env.step(action)
+        for i in np.flatnonzero(done):
+            if len(scores[i]) < episodes_per_env:
+                scores[i].append(float(info["episode_return"][i]))
+                lengths[i].append(int(info["episode_length"][i]))
+    return scores, lengths
+
+
+def run_protocol(make_env: Callable[[int, int], Any], make_policy: Callable[[int], Any], runs: int = 5,
+                 episodes: int = 30, envs_per_run: int | None = None, seed: int = 0) -> list[dict[str, list]]:
+    """``runs`` runs of ``episodes`` episodes, serially: ``make_env(num_envs, seed)``, ``make_policy(run)``.
+
+    Returns per run ``{"scores": [...], "lengths": [...]}`` (``episodes`` of each).
+    """
+    return [run_one(make_env, make_policy, r, episodes, envs_per_run, seed) for r in range(runs)]
+
+
+def run_one(make_env: Callable[[int, int], Any], make_policy: Callable[[int], Any], run: int, episodes: int,
+            envs_per_run: int | None, seed: int) -> dict[str, list]:
+    n = envs_per_run or episodes
+    if episodes % n:
+        raise ValueError(f"episodes ({episodes}) must be a multiple of envs_per_run ({n})")
+    env = make_env(n, seed + run * n)
+    try:
+        scores, lengths = play(env, make_policy(run), episodes // n)
+    finally:
+        env.close()
+    return {"scores": [s for per_env in scores for s in per_env], "lengths": [x for per_env in lengths for x in per_env]}
+
+
+def summarize(runs: list[dict[str, list]], ddof: int = 0) -> dict[str, Any]:
+    """Mean and std (``ddof``) of the per-run mean scores, as Tables 9 and 10 report."""
+    run_means = [float(np.mean(r["scores"])) for r in runs]
+    return {"run_means": run_means, "mean": float(np.mean(run_means)),
+            "std": float(np.std(run_means, ddof=ddof)) if len(run_means) > ddof else float("nan"),
+            "episodes": sum(len(r["scores"]) for r in runs), "runs": len(runs)}
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+class ModelPolicy:
+    """An AgentNet stepped one step at a time (on ``device``); argmax actions or samples."""
+
+    def __init__(self, model: Any, num_envs: int, sample: bool = False, seed: int = 0, device: str = "cpu"):
+        import torch
+
+        self.torch, self.device, self.sample = torch, torch.device(device), sample
+        self.model = model.eval().to(self.device)
+        self.state = self.model.initial_state(num_envs, self.device)
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+
+    def __call__(self, obs: np.ndarray, reward: np.ndarray, action: np.ndarray, done: np.ndarray) -> np.ndarray:
+        torch = self.torch
+        inputs = [torch.from_numpy(x)[None].to(self.device) for x in (obs, reward, action, done)]
+        with torch.no_grad():
+            logits, _, self.state, _ = self.model(*inputs, self.state)
+        if self.sample:
+            chosen = torch.multinomial(torch.softmax(logits[0], -1), 1, generator=self.generator).squeeze(-1)
+        else:
+            chosen = logits[0].argmax(-1)
+        return chosen.cpu().numpy()
+
+
+def expand_targets(targets: list[str], steps: list[int] | None = None) -> list[str]:
+    """Checkpoint files for the command-line arguments (see the module docstring)."""
+    paths: list[str] = []
+    for target in targets:
+        if os.path.isfile(target):
+            paths.append(target)
+            continue
+        if not os.path.isdir(target):
+            raise SystemExit(f"no such checkpoint or run directory: {target}")
+        milestones = sorted((int(m.group(1)), p) for p in glob.glob(os.path.join(target, "checkpoint-*.pt"))
+                            if (m := _MILESTONE.search(p)))
+        if steps:
+            chosen = [p for s, p in milestones if s in steps]
+            missing = sorted(set(steps) - {s for s, _ in milestones})
+            if missing:
+                print(f"warning: {target} has no checkpoint at step(s) {missing}", file=sys.stderr)
+            paths += chosen
+        elif milestones:
+            paths += [p for _, p in milestones]
+        elif os.path.isfile(os.path.join(target, "checkpoint.pt")):
+            paths.append(os.path.join(target, "checkpoint.pt"))
+        else:
+            raise SystemExit(f"{target} holds no checkpoint")
+    return paths
+
+
+def load_agent(path: str) -> tuple[Any, Any, dict[str, Any]]:
+    """(model on the CPU, TrainConfig, counters) of a checkpoint written by agents.learner."""
+    import torch
+
+    import envs
+    from agents.config import build
+    from agents.learner import TrainConfig, build_model
+
+    payload = torch.load(path, map_location="cpu", weights_only=False)
+    cfg = build(TrainConfig, payload["config"], path)
+    probe = envs.make(cfg.env.name, num_envs=1, seed=0, **cfg.env.options)
+    model = build_model(cfg, tuple(probe.observation_shape), probe.num_actions)
+    probe.close()
+    model.load_state_dict(payload["model"])
+    return model.eval(), cfg, payload["counters"]
+
+
+def describe(path: str) -> dict[str, Any]:
+    import torch
+
+    payload = torch.load(path, map_location="cpu", weights_only=False)
+    cfg = payload["config"]
+    options = cfg.get("env", {}).get("options", {})
+    return {"checkpoint": os.path.abspath(path), "env": cfg.get("env", {}).get("name"),
+            "game": options.get("game", cfg.get("env", {}).get("name")), "core": cfg.get("core"),
+            "step": int(payload["counters"]["step"])}
+
+
+_MODELS: dict[str, Any] = {}
+
+
+def evaluate_job(job: dict[str, Any]) -> dict[str, Any]:
+    """One run of one checkpoint (a pool task)."""
+    import torch
+
+    import envs
+
+    torch.set_num_threads(1)
+    path = job["checkpoint"]
+    if path not in _MODELS:
+        _MODELS[path] = load_agent(path)
+    model, cfg, _ = _MODELS[path]
+    options = dict(cfg.env.options)
+    options.update(job["env_overrides"])
+    if cfg.env.name == "atari":
+        options.setdefault("num_threads", 1)
+
+    def make_env(num_envs: int, seed: int) -> Any:
+        return envs.make(cfg.env.name, num_envs=num_envs, seed=seed, **options)
+
+    def make_policy(run: int) -> ModelPolicy:
+        return ModelPolicy(model, job["envs_per_run"] or job["episodes"], job["sample"], job["seed"] + run,
+                           job["device"])
+
+    start = time.time()
+    result = run_one(make_env, make_policy, job["run"], job["episodes"], job["envs_per_run"], job["seed"])
+    return {**job, **result, "seconds": time.time() - start}
+
+
+def evaluate(paths: list[str], runs: int = 5, episodes: int = 30, sample: bool = False, workers: int | None = None,
+             envs_per_run: int | None = None, seed: int = 0, env_overrides: dict[str, Any] | None = None,
+             ddof: int = 0, progress: bool = True, device: str = "cpu") -> list[dict[str, Any]]:
+    """Score every checkpoint in ``paths``; one result dict per checkpoint (see :func:`summarize`)."""
+    infos = [describe(p) for p in paths]
+    jobs = [{"checkpoint": info["checkpoint"], "run": r, "episodes": episodes, "envs_per_run": envs_per_run,
+             "sample": sample, "seed": seed, "env_overrides": dict(env_overrides or {}), "device": device}
+            for info in infos for r in range(runs)]
+    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
+    done_jobs: list[dict[str, Any]] = []
+    if workers == 1:
+        for job in jobs:
+            done_jobs.append(evaluate_job(job))
+            _report(done_jobs[-1], len(done_jobs), len(jobs), progress)
+    else:
+        with mp.get_context("spawn").Pool(workers) as pool:
+            for result in pool.imap_unordered(evaluate_job, jobs):
+                done_jobs.append(result)
+                _report(result, len(done_jobs), len(jobs), progress)
+    results = []
+    for info in infos:
+        mine = sorted((j for j in done_jobs if j["checkpoint"] == info["checkpoint"]), key=lambda j: j["run"])
+        per_run = [{"run": j["run"], "scores": j["scores"], "lengths": j["lengths"]} for j in mine]
+        results.append({**info, "policy": "sample" if sample else "argmax", "seed": seed,
+                        "env_overrides": dict(env_overrides or {}), "ddof": ddof,
+                        **summarize(per_run, ddof), "per_run": per_run})
+    return results
+
+
+def _report(job: dict[str, Any], k: int, total: int, progress: bool) -> None:
+    if progress:
+        print(f"[{k}/{total}] {os.path.relpath(job['checkpoint'])} run {job['run']}: "
+              f"mean {np.mean(job['scores']):.1f} over {len(job['scores'])} episodes ({job['seconds']:.0f}s)",
+              file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- tables
+
+
+def fmt(x: float) -> str:
+    """A score as the tables print it: thousands separated, one decimal below 100."""
+    if not math.isfinite(x):
+        return "nan"
+    return f"{x:,.1f}" if abs(x) < 100 else f"{x:,.0f}"
+
+
+def paper_step(step: int) -> int | None:
+    """50M or 200M if ``step`` is within STEP_TOLERANCE of it, else None."""
+    for s in TABLE_OF_STEP:
+        if abs(step - s) <= STEP_TOLERANCE * s:
+            return s
+    return None
+
+
+def markdown(results: list[dict[str, Any]]) -> str:
+    """One table per step, rows games (the tables' order first), columns cores (the tables' order first)."""
+    from envs.atari import PAPER_GAMES
+
+    def step_key(r: dict[str, Any]) -> int:
+        return paper_step(r["step"]) or r["step"]
+
+    lines: list[str] = []
+    for step in sorted({step_key(r) for r in results}):
+        group = [r for r in results if step_key(r) == step]
+        paper = PAPER_SCORES.get(step, {})
+        label = (f"{step // 1_000_000}M steps" if step % 1_000_000 == 0 else f"{step:,} steps") \
+            + (f" ({TABLE_OF_STEP[step]})" if step in TABLE_OF_STEP else "")
+        policy = ", ".join(sorted({r["policy"] for r in group}))
+        runs = ", ".join(sorted({f"{r['runs']} runs x {r['episodes'] // max(r['runs'], 1)} episodes" for r in group}))
+        lines += [f"### {label}", "",
+                  f"Mean ± std of the per-run mean scores ({runs}, {policy} actions)"
+                  + ("; the paper's figure in brackets." if paper else "."), ""]
+        cores = [c for c in TABLE_COLUMNS if any(r["core"] == c for r in group)]
+        cores += sorted({r["core"] for r in group} - set(cores))
+        games = [g for g in PAPER_GAMES if any(r["game"] == g for r in group)]
+        games += sorted({r["game"] for r in group} - set(games))
+        lines.append("| Game | " + " | ".join(TABLE_COLUMNS.get(c, c) for c in cores) + " |")
+        lines.append("| --- |" + " --- |" * len(cores))
+        for game in games:
+            cells = []
+            for core in cores:
+                mine = [r for r in group if r["game"] == game and r["core"] == core]
+                text = "; ".join(f"{fmt(r['mean'])} ± {fmt(r['std'])}" for r in mine) or "—"
+                if core in paper.get(game, {}):
+                    m, s = paper[game][core]
+                    text += f" ({fmt(m)} ± {fmt(s)})"
+                cells.append(text)
+            lines.append(f"| {game} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_outputs(results: list[dict[str, Any]], out_dir: str) -> tuple[str, str]:
+    os.makedirs(out_dir, exist_ok=True)
+    json_path, md_path = os.path.join(out_dir, "evaluation.json"), os.path.join(out_dir, "evaluation.md")
+    with open(json_path, "w") as f:
+        json.dump({"results": results}, f, indent=1)
+    with open(md_path, "w") as f:
+        f.write(markdown(results))
+    return json_path, md_path
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("targets", nargs="+", metavar="RUN_OR_CHECKPOINT")
+    parser.add_argument("--steps", type=int, nargs="*", help="milestone steps to take from run directories")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--episodes", type=int, default=30, help="episodes per run")
+    parser.add_argument("--envs_per_run", type=int, default=None, help="games played at once per run (default: all)")
+    parser.add_argument("--sample", action="store_true", help="sample actions from the policy instead of argmax")
+    parser.add_argument("--workers", type=int, default=None, help="parallel processes (default: all cores)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="where the policy runs (cuda: one context per worker)")
+    parser.add_argument("--ddof", type=int, default=0, choices=(0, 1), help="std of the run means: 0 population, 1 sample")
+    parser.add_argument("--max_episode_frames", type=int, default=None,
+                        help="override the env's frame limit (for quick checks; the protocol keeps 108000)")
+    parser.add_argument("--out", default="runs/eval", help="directory for evaluation.json and evaluation.md")
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.episodes < 1:
+        parser.error("--runs and --episodes must be >= 1")
+    overrides = {} if args.max_episode_frames is None else {"max_episode_frames": args.max_episode_frames}
+    paths = expand_targets(args.targets, args.steps)
+    results = evaluate(paths, args.runs, args.episodes, args.sample, args.workers, args.envs_per_run, args.seed,
+                       overrides, args.ddof, device=args.device)
+    json_path, md_path = write_outputs(results, args.out)
+    print(markdown(results))
+    print(f"wrote {json_path} and {md_path}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""Atari (issue 7): the batched ale-py env, the ResNet agent's size, reward clipping, the
+launcher and an end-to-end run (train, resume, evaluate)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import envs
+from agents.network import AgentNet, make_stem
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_config(argv):
+    """launch/atari.py's resolved TrainConfig for ``argv``."""
+    spec = importlib.util.spec_from_file_location("launch_atari", os.path.join(ROOT, "launch", "atari.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.load(argv)
+
+
+# ---------------------------------------------------------------- the env
+
+
+@pytest.mark.parametrize("game,num_actions", [("Pong", 6), ("Breakout", 4), ("SpaceInvaders", 6),
+                                              ("MsPacman", 9), ("Seaquest", 18), ("Qbert", 6)])
+def test_shapes_dtypes_and_minimal_action_sets(game, num_actions):
+    env = envs.make("atari", num_envs=3, seed=1, game=game)
+    try:
+        assert env.num_actions == num_actions
+        assert env.observation_shape == (4, 84, 84) and env.observation_dtype == np.uint8
+        obs = env.reset()
+        assert obs.shape == (3, 4, 84, 84) and obs.dtype == np.uint8
+        kept = obs.copy()
+        obs2, reward, done, info = env.step(np.arange(3) % num_actions)
+        assert obs2.shape == (3, 4, 84, 84) and obs2.dtype == np.uint8
+        assert reward.shape == (3,) and reward.dtype == np.float32
+        assert done.shape == (3,) and done.dtype == np.bool_
+        assert info["episode_return"].dtype == np.float32 and info["episode_length"].dtype == np.int32
+        assert (info["episode_length"] == 1).all()
+        np.testing.assert_array_equal(obs, kept)  # returned arrays are not overwritten by later steps
+        # the stack holds 4 consecutive frames: after a step the old newest frame moved down by one
+        np.testing.assert_array_equal(obs2[:, 2], obs[:, 3])
+    finally:
+        env.close()
+
+
+def test_game_names_and_unknown_game():
+    from envs.atari import PAPER_GAMES, available_games, canonical_name
+
+    assert len(PAPER_GAMES) == 20 and set(PAPER_GAMES) <= set(available_games())
+    for name in ("MsPacman", "ms_pacman", "mspacman", "ALE/MsPacman-v5", "MsPacmanNoFrameskip-v4"):
+        assert canonical_name(name) == "MsPacman"
+    with pytest.raises(ValueError) as err:
+        envs.make("atari", num_envs=1, game="NotAGame")
+    for game in list(PAPER_GAMES) + ["Breakout", "Tetris"]:
+        assert game in str(err.value)
+    with pytest.raises(ValueError, match="valid options"):
+        envs.make("atari", num_envs=1, game="Pong", frameskip=4)
+    with pytest.raises(ValueError, match="actions must be"):
+        env = envs.make("atari", num_envs=2, game="Pong")
+        try:
+            env.reset()
+            env.step(np.array([0, 6]))
+        finally:
+            env.close()
+
+
+def test_whole_game_return_across_lives_and_raw_rewards():
+    """A random player of Breakout loses 5 lives per game: ``done`` only at game over, and the
+    reported return / length are the sums over the whole game of the raw per-step rewards."""
+    n = 4
+    env = envs.make("atari", num_envs=n, seed=3, game="Breakout")
+    rng = np.random.default_rng(0)
+    env.reset()
+    running, steps = np.zeros(n), np.zeros(n, int)
+    life_losses_within_games, finished = 0, []
+    lives = None
+    try:
+        while len(finished) < 6:
+            obs, reward, done, info = env.step(rng.integers(0, env.num_actions, n))
+            running += reward
+            steps += 1
+            if lives is not None:
+                life_losses_within_games += int(((info["lives"] < lives) & ~done).sum())
+            lives = info["lives"]
+            for i in np.flatnonzero(done):
+                assert info["episode_return"][i] == pytest.approx(running[i])
+                assert info["episode_length"][i] == steps[i]
+                finished.append(running[i])
+                running[i], steps[i] = 0, 0
+            assert (info["episode_return"][~done] == running[~done].astype(np.float32)).all()
+    finally:
+        env.close()
+    assert life_losses_within_games >= 4 * len(finished) - 4 * n  # lives were lost without ending the game
+    assert max(finished) > 0
+
+
+def test_raw_scores_not_clipped_in_env():
+    env = envs.make("atari", num_envs=4, seed=0, game="SpaceInvaders")
+    rng = np.random.default_rng(0)
+    env.reset()
+    rewards = []
+    try:
+        for _ in range(300):
+            rewards.append(env.step(rng.integers(0, env.num_actions, 4))[1])
+    finally:
+        env.close()
+    assert np.max(rewards) >= 5  # Space Invaders scores 5..30 per alien: unclipped
+
+
+# ---------------------------------------------------------------- the agent
+
+
+PAPER_PARAMS = {"ff": 1.1e6, "lstm": 1.6e6, "linear": 1.5e6, "delta": 1.5e6, "rec_delta": 1.5e6, "delta_rnn": 1.6e6}
+
+
+def test_resnet_stem_shapes():
+    stem = make_stem("resnet", (4, 84, 84))
+    assert stem.flat_size == 3872 and stem.output_size == 256
+    out = stem(torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8))
+    assert out.shape == (2, 256) and (out >= 0).all()
+    assert sum(p.numel() for p in stem.parameters()) == 97_744 + 3872 * 256 + 256
+
+
+@pytest.mark.parametrize("prev_action,num_actions", [(False, 6), (True, 18)])
+@pytest.mark.parametrize("core", list(PAPER_PARAMS))
+def test_parameter_counts_match_the_papers(core, prev_action, num_actions):
+    """Whole agent (stem + core + heads), with the Atari config's input [features; clipped reward]
+    (prev_action False) and also with the one-hot previous action of 18 actions added."""
+    model = AgentNet((4, 84, 84), num_actions, core, {}, stem="resnet", reward_clip=1.0, prev_action=prev_action)
+    count = sum(p.numel() for p in model.parameters())
+    assert abs(count - PAPER_PARAMS[core]) <= 0.05 * PAPER_PARAMS[core], (core, count)
+
+
+def test_reward_clipping_happens_only_in_the_learner():
+    """The Atari config clips to ±1 for the core input and the loss; the buffers keep raw rewards."""
+    from agents.learner import compute_loss
+    cfg = load_config(["--core", "ff"])
+    assert cfg.network.reward_clip == 1.0
+    torch.manual_seed(0)
+    model = AgentNet((4, 84, 84), 6, "ff", {}, stem="resnet", reward_clip=1.0, prev_action=False)
+    T, B = 5, 2
+    batch = {"obs": torch.randint(0, 256, (T + 1, B, 4, 84, 84), dtype=torch.uint8),
+             "done": torch.zeros(T + 1, B, dtype=torch.bool), "action": torch.randint(0, 6, (T + 1, B)),
+             "logits": torch.randn(T + 1, B, 6)}
+    raw = dict(batch, reward=torch.tensor([[0.0, 0.0], [30.0, -5.0], [1.0, 0.5], [200.0, 0.0], [0.0, -1.0], [7.0, 0.0]]))
+    clipped = dict(batch, reward=raw["reward"].clamp(-1, 1))
+    loss_raw, _ = compute_loss(model, raw, cfg)
+    loss_clipped, _ = compute_loss(model, clipped, cfg)
+    assert loss_raw.item() == pytest.approx(loss_clipped.item(), rel=1e-6)
+    cfg.network.reward_clip = None
+    assert compute_loss(model, raw, cfg)[0].item() != pytest.approx(loss_clipped.item(), rel=1e-3)
+
+
+def test_launcher_config_is_the_papers():
+    cfg = load_config(["--game", "space_invaders", "--core", "lstm"])
+    assert cfg.env.name == "atari" and cfg.env.options["game"] == "SpaceInvaders"
+    assert cfg.env.options["sticky_action_prob"] == 0.25 and cfg.env.options["noop_max"] == 30
+    assert (cfg.actor.num_actors, cfg.actor.envs_per_actor, cfg.actor.unroll_length) == (48, 1, 50)
+    assert cfg.learner.batch_size == 32 and cfg.learner.discount == 0.99
+    assert (cfg.learner.entropy_cost, cfg.learner.baseline_cost) == (0.01, 0.5)
+    o = cfg.optim
+    assert (o.name, o.lr, o.eps, o.alpha, o.momentum, o.grad_clip, o.lr_decay) == ("rmsprop", 6e-4, 0.01, 0.99, 0, 40, True)
+    assert cfg.checkpoint.milestones == [50_000_000, 200_000_000] and cfg.total_steps == 200_000_000
+    assert cfg.device == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert cfg.run_dir == "runs/atari-SpaceInvaders-{core}" and cfg.resolved_run_dir() == "runs/atari-SpaceInvaders-lstm"
+    assert (cfg.network.stem, cfg.network.reward_clip, cfg.network.prev_action) == ("resnet", 1.0, False)
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def _read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def _run(args, timeout=240):
+    proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("core", ["lstm", "delta"])
+def test_end_to_end_train_resume_evaluate(core, tmp_path):
+    """2 actors, batches of 2 unrolls of 10 on Pong (games cut at 160 frames): a milestone and a
+    latest checkpoint are written, the same command resumes, and evaluate.py scores the milestone."""
+    run_dir = str(tmp_path / "run")
+    common = ["launch/atari.py", "--game", "Pong", "--core", core, "--num_actors", "2", "--batch_size", "2",
+              "--unroll_length", "10", "--run_dir", run_dir, "--device", "cpu", "--tensorboard", "false",
+              "--set", "env.options.max_episode_frames=160", "--set", "checkpoint.milestones=[60]"]
+    _run(common + ["--total_steps", "100"])
+    assert sorted(f for f in os.listdir(run_dir) if f.endswith(".pt")) == ["checkpoint-60.pt", "checkpoint.pt"]
+    assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=False)["counters"]["step"] == 100
+    out = _run(common + ["--total_steps", "120"])
+    assert "resuming from" in out and "at step 100" in out
+    assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=False)["counters"]["step"] == 120
+
+    out_dir = str(tmp_path / "eval")
+    _run(["launch/evaluate.py", run_dir, "--runs", "2", "--episodes", "2", "--max_episode_frames", "120",
+          "--workers", "2", "--out", out_dir])
+    results = _read_json(os.path.join(out_dir, "evaluation.json"))["results"]
+    assert len(results) == 1
+    r = results[0]
+    assert (r["game"], r["core"], r["step"], r["runs"], r["episodes"]) == ("Pong", core, 60, 2, 4)
+    assert [len(x["scores"]) for x in r["per_run"]] == [2, 2] and all(
+        length == 30 for x in r["per_run"] for length in x["lengths"])
+    with open(os.path.join(out_dir, "evaluation.md")) as f:
+        table = f.read()
+    assert "| Game |" in table and "| Pong |" in table

@@ -1,0 +1,152 @@
+"""launch/evaluate.py: the Tables 9/10 protocol (runs x episodes, mean ± std of run means) on
+scripted policies, checked against independent computations, and the table layout."""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+
+import numpy as np
+import pytest
+
+import envs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "launch"))
+
+import evaluate  # noqa: E402
+from atari_paper import PAPER_SCORES, parse_appendix  # noqa: E402
+
+# shared/ sits beside the main checkout (../shared) and two levels above a worktree in wt/.
+APPENDIX = next((p for p in (os.path.join(ROOT, up, "shared", "papers", "recurrent-fwp-appendix.txt")
+                             for up in ("..", os.path.join("..", ".."))) if os.path.isfile(p)), "")
+
+
+class CountingEnv:
+    """Env i seeded with s: its k-th episode lasts 1 + (s + i + k) % 4 steps and scores
+    (s + i) * 10 + k, paid in the last step; torchbeast auto-reset."""
+
+    observation_shape, num_actions = (1,), 2
+
+    def __init__(self, num_envs: int, seed: int):
+        self.num_envs, self.seed = num_envs, seed
+        self.k = np.zeros(num_envs, int)
+        self.t = np.zeros(num_envs, int)
+
+    def _length(self, i):
+        return 1 + (self.seed + i + self.k[i]) % 4
+
+    def reset(self):
+        self.k[:], self.t[:] = 0, 0
+        return np.zeros((self.num_envs, 1), np.float32)
+
+    def step(self, actions):
+        assert actions.shape == (self.num_envs,)
+        self.t += 1
+        reward = np.zeros(self.num_envs, np.float32)
+        done = np.zeros(self.num_envs, bool)
+        ret = np.zeros(self.num_envs, np.float32)
+        length = self.t.astype(np.int32)
+        for i in range(self.num_envs):
+            if self.t[i] == self._length(i):
+                reward[i] = ret[i] = (self.seed + i) * 10 + self.k[i]
+                done[i] = True
+                self.k[i] += 1
+                self.t[i] = 0
+        return np.zeros((self.num_envs, 1), np.float32), reward, done, {"episode_return": ret,
+                                                                          "episode_length": length}
+
+    def close(self):
+        pass
+
+
+def expected_scores(seed, run, episodes, n):
+    """Run r plays n envs seeded seed + r*n + i; each contributes its first episodes/n episodes."""
+    base = seed + run * n
+    return sorted((base + i) * 10 + k for i in range(n) for k in range(episodes // n))
+
+
+@pytest.mark.parametrize("runs,episodes,envs_per_run", [(5, 30, None), (5, 30, 6), (3, 4, 2)])
+def test_protocol_counts_means_and_stds(runs, episodes, envs_per_run):
+    calls = []
+
+    def policy_for(run):
+        def policy(obs, reward, action, done):
+            calls.append(run)
+            return np.zeros(len(obs), np.int64)
+        return policy
+
+    out = evaluate.run_protocol(CountingEnv, policy_for, runs=runs, episodes=episodes, envs_per_run=envs_per_run, seed=7)
+    n = envs_per_run or episodes
+    assert len(out) == runs and all(len(r["scores"]) == episodes for r in out)
+    for r, result in enumerate(out):
+        assert sorted(result["scores"]) == expected_scores(7, r, episodes, n)
+    summary = evaluate.summarize(out)
+    run_means = [statistics.fmean(expected_scores(7, r, episodes, n)) for r in range(runs)]
+    assert summary["runs"] == runs and summary["episodes"] == runs * episodes
+    assert summary["run_means"] == pytest.approx(run_means)
+    assert summary["mean"] == pytest.approx(statistics.fmean(run_means))
+    assert summary["std"] == pytest.approx(statistics.pstdev(run_means))
+    assert evaluate.summarize(out, ddof=1)["std"] == pytest.approx(statistics.stdev(run_means))
+    assert set(calls) == set(range(runs))
+
+
+def test_protocol_on_atari_matches_independent_replays():
+    """A scripted policy (a function of the observation) on Space Invaders: 2 runs x 3 episodes,
+    each episode replayed alone in a single-env Atari with the same seed gives the same score."""
+    def scripted(obs, reward, action, done):
+        return obs[:, -1].astype(np.int64).sum(axis=(1, 2)) % 6
+
+    def make_env(n, seed):
+        return envs.make("atari", num_envs=n, seed=seed, game="SpaceInvaders", max_episode_frames=400)
+
+    out = evaluate.run_protocol(make_env, lambda run: scripted, runs=2, episodes=3, seed=5)
+    for r, result in enumerate(out):
+        assert len(result["scores"]) == 3 and result["lengths"] == [100, 100, 100]
+        for i, score in enumerate(result["scores"]):
+            env = make_env(1, 5 + r * 3 + i)
+            obs, total = env.reset(), 0.0
+            while True:
+                obs, reward, done, _ = env.step(scripted(obs, None, None, None))
+                total += float(reward[0])
+                if done[0]:
+                    break
+            env.close()
+            assert score == total
+    summary = evaluate.summarize(out)
+    means = [np.mean(r["scores"]) for r in out]
+    assert summary["mean"] == pytest.approx(np.mean(means)) and summary["std"] == pytest.approx(np.std(means))
+
+
+def test_paper_scores_are_the_appendix_tables():
+    assert len(PAPER_SCORES[50_000_000]) == len(PAPER_SCORES[200_000_000]) == 20
+    assert PAPER_SCORES[50_000_000]["Alien"]["delta"] == (4704, 452)
+    assert PAPER_SCORES[200_000_000]["Qbert"]["rec_delta"] == (987275, 0)
+    assert PAPER_SCORES[200_000_000]["Robotank"]["linear"] == (7.7, 0.9)
+    if not os.path.isfile(APPENDIX):
+        pytest.skip("the appendix text is not beside this checkout")
+    with open(APPENDIX) as f:
+        assert parse_appendix(f.read()) == PAPER_SCORES
+
+
+def _result(game, core, step, mean, std):
+    return {"game": game, "core": core, "step": step, "mean": mean, "std": std, "policy": "argmax",
+            "runs": 5, "episodes": 150}
+
+
+def test_markdown_layout():
+    results = [_result("Pong", "delta", 50_000_000, 20.5, 0.25), _result("Alien", "lstm", 50_000_000, 1234.4, 56.0),
+               _result("Alien", "delta", 200_000_000, 15000.0, 1000.0), _result("Breakout", "delta_lstm", 50_000_000, 3, 1),
+               _result("Pong", "delta", 1234, -21.0, 0.0)]
+    text = evaluate.markdown(results)
+    sections = text.split("### ")[1:]
+    assert [s.splitlines()[0] for s in sections] == ["1,234 steps", "50M steps (Table 9)", "200M steps (Table 10)"]
+    table9 = sections[1]
+    assert "| Game | LSTM | Delta Net | delta_lstm |" in table9
+    rows = [line for line in table9.splitlines() if line.startswith("| ") and "Game" not in line and "---" not in line]
+    assert [row.split("|")[1].strip() for row in rows] == ["Alien", "Pong", "Breakout"]  # the tables' order first
+    assert "| Alien | 1,234 ± 56.0 (846 ± 81.0) | — (4,704 ± 452) | — |" in table9
+    assert "| Pong | — (21.0 ± 0.0) | 20.5 ± 0.2 (21.0 ± 0.0) | — |" in table9
+    assert "15,000 ± 1,000 (15,133 ± 1,122)" in sections[2]
+    assert "(" not in sections[0].split("\n", 3)[3]  # no paper figures at other steps
+    assert evaluate.paper_step(50_001_600) == 50_000_000 and evaluate.paper_step(40_000_000) is None

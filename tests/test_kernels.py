@@ -1,0 +1,292 @@
+"""Triton kernels vs the PyTorch references (CPU, Triton interpreter when there is no GPU).
+
+Run: TRITON_INTERPRET=1 python -m pytest tests/test_kernels.py -x -q
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+triton = pytest.importorskip("triton")
+
+from fastnet import kernels  # noqa: E402
+from fastnet.rules import fast_weight_sequence  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+TOL = 1e-5
+
+
+def rel(a, b):
+    a, b = a.detach().double().cpu(), b.detach().double().cpu()
+    assert torch.isfinite(a).all()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def make_done(B, T, gen):
+    """Resets inside the sequence, at different times per batch element (never all-false)."""
+    done = torch.zeros(B, T, dtype=torch.bool)
+    for b in range(B):
+        ts = torch.randperm(T - 1, generator=gen)[: 1 + b % 2] + 1
+        done[b, ts] = True
+    done[B - 1, 0] = True  # a reset at t=0 too: W0 gets no gradient there
+    return done
+
+
+def leafs(*xs):
+    return [x.detach().clone().to(DEV).requires_grad_(True) for x in xs]
+
+
+def check_grads(outs_k, outs_r, ins_k, ins_r, names, gen, tol=TOL):
+    cot = [torch.randn(o.shape, generator=gen, dtype=torch.float64) for o in outs_r]
+    lk = sum((o.double().cpu() * c).sum() for o, c in zip(outs_k, cot))
+    lr = sum((o.double() * c).sum() for o, c in zip(outs_r, cot))
+    gk = torch.autograd.grad(lk, ins_k, allow_unused=True)
+    gr = torch.autograd.grad(lr, ins_r, allow_unused=True)
+    for n, a, b in zip(names, gk, gr):
+        if b is None:
+            assert a is None or a.abs().max() == 0, n
+            continue
+        assert a is not None, f"no gradient for {n}"
+        e = rel(a, b)
+        assert e < tol, f"grad {n}: rel err {e:.2e}"
+
+
+# ----------------------------------------------------------------------------- sum/delta/gated
+@pytest.mark.parametrize("rule", ["sum", "delta", "gated"])
+@pytest.mark.parametrize("dk,dv,T,bv", [(16, 16, 7, None), (32, 16, 9, None), (32, 32, 6, 16)])
+def test_fused_recurrent_matches_reference(rule, dk, dv, T, bv):
+    gen = torch.Generator().manual_seed(hash((rule, dk, dv, T)) % 2**31)
+    B, H = 2, 2
+    q = torch.randn(B, T, H, dk, generator=gen).softmax(-1)
+    k = torch.randn(B, T, H, dk, generator=gen).softmax(-1)
+    v = torch.randn(B, T, H, dv, generator=gen)
+    beta = torch.rand(B, T, H, generator=gen)
+    W0 = torch.randn(B, H, dv, dk, generator=gen) * 0.5
+    done = make_done(B, T, gen)
+    ins_k = leafs(q, k, v, beta, W0)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in (q, k, v, beta, W0)]
+    kw = {} if bv is None else {"block_v": bv}
+    y, WT = kernels.fused_recurrent_fast_weight(*ins_k[:4], ins_k[4], done.to(DEV), rule, **kw)
+    qr, kr, vr, br, W0r = ins_r
+    yr, WTr = fast_weight_sequence(
+        rule, qr.transpose(0, 1), kr.transpose(0, 1), vr.transpose(0, 1), br.transpose(0, 1), done.t(), W0r
+    )
+    yr = yr.transpose(0, 1)
+    assert y.shape == yr.shape and WT.shape == WTr.shape
+    assert rel(y, yr) < TOL and rel(WT, WTr) < TOL
+    check_grads([y, WT], [yr, WTr], ins_k, ins_r, ["q", "k", "v", "beta", "W0"], gen)
+
+
+# ----------------------------------------------------------------------------- rec_delta, delta_rnn
+from fastnet.recurrent import delta_rnn_sequence, rec_delta_sequence  # noqa: E402
+
+
+def _tm(x):  # batch-major -> time-major
+    return x.transpose(0, 1)
+
+
+@pytest.mark.parametrize("d,T", [(16, 7), (32, 5)])
+def test_rec_delta_matches_reference(d, T):
+    gen = torch.Generator().manual_seed(100 + d + T)
+    B, H = 2, 2
+    aq, ak, av = (torch.randn(B, T, H, d, generator=gen) for _ in range(3))
+    ab = torch.randn(B, T, H, generator=gen)
+    Rq, Rk, Rv = (torch.randn(H, d, d, generator=gen) / d**0.5 for _ in range(3))
+    rb = torch.randn(H, d, generator=gen) / d**0.5
+    W0 = torch.randn(B, H, d, d, generator=gen) * 0.3
+    y0 = torch.randn(B, H, d, generator=gen)
+    done = make_done(B, T, gen)
+    names = ["aq", "ak", "av", "ab", "Rq", "Rk", "Rv", "rb", "W0", "y0"]
+    xs = (aq, ak, av, ab, Rq, Rk, Rv, rb, W0, y0)
+    ins_k = leafs(*xs)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in xs]
+    y, WT, yT = kernels.fused_recurrent_rec_delta(*ins_k[:8], done.to(DEV), ins_k[8], ins_k[9])
+    r = ins_r
+    yr, WTr, yTr = rec_delta_sequence(_tm(r[0]), _tm(r[1]), _tm(r[2]), _tm(r[3]), *r[4:8], done.t(), r[8], r[9])
+    yr = _tm(yr)
+    for a, b_ in ((y, yr), (WT, WTr), (yT, yTr)):
+        assert rel(a, b_) < TOL
+    check_grads([y, WT, yT], [yr, WTr, yTr], ins_k, ins_r, names, gen)
+
+
+@pytest.mark.parametrize("dk,dv,T", [(16, 16, 7), (32, 16, 5)])
+def test_delta_rnn_matches_reference(dk, dv, T):
+    gen = torch.Generator().manual_seed(200 + dk + dv + T)
+    B, H = 2, 2
+    q = torch.randn(B, T, H, dk, generator=gen).softmax(-1)
+    k = torch.randn(B, T, H, dk, generator=gen).softmax(-1)
+    v = torch.randn(B, T, H, dv, generator=gen)
+    beta = torch.rand(B, T, H, generator=gen)
+    kr = torch.randn(B, T, H, dv, generator=gen).softmax(-1)
+    vr = torch.randn(B, T, H, dv, generator=gen)
+    beta_r = torch.rand(B, T, H, generator=gen)
+    W0 = torch.randn(B, H, dv, dk, generator=gen) * 0.3
+    R0 = torch.randn(B, H, dv, dv, generator=gen) * 0.3
+    y0 = torch.randn(B, H, dv, generator=gen)
+    done = make_done(B, T, gen)
+    names = ["q", "k", "v", "beta", "kr", "vr", "beta_r", "W0", "R0", "y0"]
+    xs = (q, k, v, beta, kr, vr, beta_r, W0, R0, y0)
+    ins_k = leafs(*xs)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in xs]
+    outs_k = kernels.fused_recurrent_delta_rnn(*ins_k[:7], done.to(DEV), *ins_k[7:])
+    r = ins_r
+    yr, WTr, RTr, yTr = delta_rnn_sequence(*[_tm(x) for x in r[:7]], done.t(), *r[7:])
+    outs_r = [_tm(yr), WTr, RTr, yTr]
+    for a, b_ in zip(outs_k, outs_r):
+        assert rel(a, b_) < TOL
+    check_grads(list(outs_k), outs_r, ins_k, ins_r, names, gen)
+
+
+# ----------------------------------------------------------------------------- chunked delta rule
+@pytest.mark.parametrize("dk,dv,T,C,bv", [(16, 32, 37, 16, 16), (32, 16, 20, 16, None), (16, 16, 40, 32, None)])
+def test_chunk_delta_matches_reference(dk, dv, T, C, bv):
+    gen = torch.Generator().manual_seed(300 + dk + dv + T)
+    B, H = 2, 2
+    q = torch.randn(B, T, H, dk, generator=gen).softmax(-1)
+    k = torch.randn(B, T, H, dk, generator=gen).softmax(-1)
+    v = torch.randn(B, T, H, dv, generator=gen)
+    beta = torch.rand(B, T, H, generator=gen)
+    W0 = torch.randn(B, H, dv, dk, generator=gen) * 0.5
+    done = make_done(B, T, gen)
+    done[0, C] = True  # a reset exactly on a chunk boundary
+    ins_k = leafs(q, k, v, beta, W0)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in (q, k, v, beta, W0)]
+    y, WT = kernels.chunk_delta_rule(*ins_k, done.to(DEV), chunk_size=C, precision="ieee", block_v=bv)
+    r = ins_r
+    yr, WTr = fast_weight_sequence("delta", *[_tm(x) for x in r[:4]], done.t(), r[4])
+    yr = _tm(yr)
+    assert rel(y, yr) < TOL and rel(WT, WTr) < TOL
+    check_grads([y, WT], [yr, WTr], ins_k, ins_r, ["q", "k", "v", "beta", "W0"], gen)
+
+
+def test_delta_rule_dispatch():
+    gen = torch.Generator().manual_seed(9)
+    B, T, H, d = 1, 18, 1, 16
+    q, k = (torch.randn(B, T, H, d, generator=gen).softmax(-1).to(DEV) for _ in range(2))
+    v = torch.randn(B, T, H, d, generator=gen).to(DEV)
+    beta = torch.rand(B, T, H, generator=gen).to(DEV)
+    done = torch.zeros(B, T, dtype=torch.bool, device=DEV)
+    done[0, 7] = True
+    y1, W1 = kernels.delta_rule(q, k, v, beta, None, done, mode="chunk")
+    y2, W2 = kernels.delta_rule(q, k, v, beta, None, done, mode="auto")  # T < 256: fused
+    assert rel(y1, y2) < TOL and rel(W1, W2) < TOL
+    with pytest.raises(ValueError, match="mode"):
+        kernels.delta_rule(q, k, v, beta, mode="fast")
+
+
+# ----------------------------------------------------------------------------- dtypes, defaults, errors
+def test_bf16_inputs_fp32_state():
+    gen = torch.Generator().manual_seed(7)
+    B, T, H, d = 2, 6, 1, 16
+    q = torch.randn(B, T, H, d, generator=gen).softmax(-1).bfloat16()
+    k = torch.randn(B, T, H, d, generator=gen).softmax(-1).bfloat16()
+    v = torch.randn(B, T, H, d, generator=gen).bfloat16()
+    beta = torch.rand(B, T, H, generator=gen).bfloat16()
+    W0 = (torch.randn(B, H, d, d, generator=gen) * 0.5).bfloat16()
+    done = make_done(B, T, gen)
+    ins_k = leafs(q, k, v, beta, W0)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in (q, k, v, beta, W0)]
+    y, WT = kernels.fused_recurrent_fast_weight(*ins_k, done.to(DEV), "delta")
+    assert y.dtype == torch.bfloat16 and WT.dtype == torch.bfloat16
+    r = ins_r
+    yr, WTr = fast_weight_sequence("delta", *[_tm(x) for x in r[:4]], done.t(), r[4])
+    assert rel(y, _tm(yr)) < 1e-2 and rel(WT, WTr) < 1e-2
+    (y.float().sum() + WT.float().sum()).backward()
+    assert all(x.grad.dtype == torch.bfloat16 for x in ins_k)
+
+
+def test_defaults_no_state_no_done():
+    gen = torch.Generator().manual_seed(8)
+    B, T, H, d = 1, 5, 2, 16
+    q, k = (torch.randn(B, T, H, d, generator=gen).softmax(-1).to(DEV) for _ in range(2))
+    v = torch.randn(B, T, H, d, generator=gen).to(DEV)
+    y, WT = kernels.fused_recurrent_fast_weight(q, k, v, None, None, None, "sum")
+    yr, WTr = fast_weight_sequence("sum", _tm(q).cpu(), _tm(k).cpu(), _tm(v).cpu())
+    assert rel(y, _tm(yr)) < TOL and rel(WT, WTr) < TOL
+
+
+@pytest.mark.parametrize("dk,dv", [(24, 16), (16, 48), (256, 256), (8, 8)])
+def test_unsupported_head_size(dk, dv):
+    q = torch.zeros(1, 2, 1, dk, device=DEV)
+    v = torch.zeros(1, 2, 1, dv, device=DEV)
+    b = torch.zeros(1, 2, 1, device=DEV)
+    with pytest.raises(ValueError, match=r"allowed sizes are \[16, 32, 64, 128\]"):
+        kernels.fused_recurrent_fast_weight(q, q, v, b, None, None, "delta")
+    with pytest.raises(ValueError, match="allowed sizes"):
+        kernels.fused_recurrent_delta_rnn(q, q, v, b, v, v, b)
+    bad = dk if dk not in kernels.HEAD_SIZES else dv
+    x = torch.zeros(1, 2, 1, bad, device=DEV)
+    with pytest.raises(ValueError, match="allowed sizes"):
+        kernels.fused_recurrent_rec_delta(x, x, x, b, *(torch.zeros(1, bad, bad, device=DEV),) * 3, torch.zeros(1, bad, device=DEV))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64, torch.int32])
+def test_unsupported_dtype(dtype):
+    q = torch.zeros(1, 2, 1, 16, device=DEV, dtype=dtype)
+    b = torch.zeros(1, 2, 1, device=DEV, dtype=dtype)
+    with pytest.raises(TypeError, match="float32 and torch.bfloat16"):
+        kernels.fused_recurrent_fast_weight(q, q, q, b, None, None, "delta")
+    with pytest.raises(TypeError, match="float32 and torch.bfloat16"):
+        kernels.fused_recurrent_delta_rnn(q, q, q, b, q, q, b)
+
+
+def test_bad_rule_and_device_errors(monkeypatch):
+    q = torch.zeros(1, 2, 1, 16)
+    b = torch.zeros(1, 2, 1)
+    with pytest.raises(ValueError, match="unknown update rule"):
+        kernels.fused_recurrent_fast_weight(q, q, q, b, None, None, "hebb")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # CPU tensors without the interpreter
+    with pytest.raises(RuntimeError, match="CUDA"):
+        kernels.fused_recurrent_fast_weight(q, q, q, b, None, None, "delta")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match=r"CUDA requested but torch.cuda.is_available\(\) is False"):
+            kernels.require_cuda()
+
+
+# ----------------------------------------------------------------------------- compilation
+# The interpreter patches triton.language in place while it runs kernels, so real compilation
+# runs in a fresh process: cuda/compile_check.py (triton.compile for sm_80 and sm_90, resources
+# read from the cubin with cuobjdump; see fastnet/kernels/compile_report.py).
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _compile_reports(heads, tmp_path):
+    out = tmp_path / "compile.json"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "cuda", "compile_check.py"), "--heads", heads,
+                        "--json", str(out)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    print(p.stdout[-6000:])
+    assert p.returncode == 0, p.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+def _check_reports(reports):
+    names = {r["name"] for r in reports}
+    for kind in ("sum", "delta", "gated"):
+        assert {f"fused_{kind}_fwd", f"fused_{kind}_bwd"} <= names
+    assert {"rec_delta_fwd", "rec_delta_bwd", "delta_rnn_fwd", "delta_rnn_bwd", "chunk_delta_fwd", "chunk_delta_bwd"} <= names
+    assert {r["arch"] for r in reports} == {80, 90}
+    assert all(r["regs"] > 0 for r in reports)
+    spilling = [r for r in reports if r["d"] <= 64 and r["spill_stores"] + r["spill_loads"] > 0]
+    known = [r for r in spilling if r["name"].startswith("chunk")]
+    bad = [r for r in spilling if not r["name"].startswith("chunk")]
+    assert not bad, f"register spills at d<=64: {[(r['name'], r['label'], r['arch']) for r in bad]}"
+    if known:
+        pytest.xfail(f"known: chunked delta kernels spill at d<=64 ({len(known)} of {len(reports)} builds); see cuda/NOTES.md")
+
+
+def test_compiles_sm80_sm90_d64(tmp_path):
+    _check_reports(_compile_reports("64", tmp_path))
+
+
+@pytest.mark.slow
+def test_compiles_all_head_sizes(tmp_path):
+    _check_reports(_compile_reports("16,32,64,128", tmp_path))

@@ -1,0 +1,111 @@
+"""The learner's loss on a fixed batch against a reference written out in the test."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from agents.learner import TrainConfig, build_model, compute_loss, resolve_device
+from agents.vtrace import total_loss
+
+T, N, A, OBS = 5, 3, 4, (10,)
+
+
+def fixed_batch(model, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    done = torch.rand(T + 1, N, generator=g) < 0.2
+    state = model.initial_state(N)
+    batch = {
+        "obs": torch.rand(T + 1, N, *OBS, generator=g),
+        "reward": torch.randint(-1, 3, (T + 1, N), generator=g).float() * 5,
+        "done": done,
+        "action": torch.randint(0, A, (T + 1, N), generator=g),
+        "logits": torch.randn(T + 1, N, A, generator=g),
+        **{f"state_{i}": torch.randn(s.shape, generator=g) for i, s in enumerate(state)},
+    }
+    return batch
+
+
+def make(core, **learner):
+    options = {"ff": {}, "lstm": {"hidden_size": 16},
+               "delta": {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "head_dim": 8, "ff_size": 32}}
+    cfg = TrainConfig(core=core, core_options=options[core])
+    cfg = dataclasses.replace(cfg, learner=dataclasses.replace(cfg.learner, **learner))
+    torch.manual_seed(0)
+    return cfg, build_model(cfg, OBS, A)
+
+
+def reference_loss(model, batch, cfg):
+    """V-trace (Eq. 1, as an explicit sum) and the IMPALA loss, written out with numpy."""
+    lc = cfg.learner
+    state = tuple(batch[k] for k in sorted(batch) if k.startswith("state_"))
+    with torch.no_grad():
+        logits, baseline, _, _ = model(batch["obs"], batch["reward"], batch["action"], batch["done"], state)
+    logits, baseline = logits.double().numpy(), baseline.double().numpy()
+    actions = batch["action"][1:].numpy()
+    rewards = batch["reward"][1:].double().numpy()
+    discounts = lc.discount * (1 - batch["done"][1:].double().numpy())
+
+    def log_softmax(x):
+        x = x - x.max(-1, keepdims=True)
+        return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+    logp = log_softmax(logits[:-1])
+    logp_a = np.take_along_axis(logp, actions[..., None], -1)[..., 0]
+    mu_a = np.take_along_axis(log_softmax(batch["logits"][1:].double().numpy()), actions[..., None], -1)[..., 0]
+    rho = np.exp(logp_a - mu_a)
+    V, boot = baseline[:-1], baseline[-1]
+    V_ext = np.concatenate([V, boot[None]])
+    vs = np.zeros_like(V)
+    for s in range(T):
+        vs[s] = V[s]
+        weight = np.ones(N)
+        for t in range(s, T):
+            vs[s] += weight * np.minimum(lc.rho_bar, rho[t]) * (rewards[t] + discounts[t] * V_ext[t + 1] - V[t])
+            weight = weight * discounts[t] * np.minimum(lc.c_bar, rho[t])
+    vs_next = np.concatenate([vs[1:], boot[None]])
+    adv = np.minimum(lc.rho_bar, rho) * (rewards + discounts * vs_next - V)
+    pg = -(logp_a * adv).sum()
+    value = 0.5 * ((vs - V) ** 2).sum()
+    entropy = -(np.exp(logp) * logp).sum()
+    return pg + lc.baseline_cost * value - lc.entropy_cost * entropy
+
+
+@pytest.mark.parametrize("core", ["ff", "lstm", "delta"])
+def test_loss_matches_reference(core):
+    cfg, model = make(core, rho_bar=1.0, c_bar=1.0)
+    batch = fixed_batch(model)
+    loss, terms = compute_loss(model.eval(), batch, cfg)
+    assert loss.item() == pytest.approx(reference_loss(model, batch, cfg), rel=1e-4)
+    assert set(terms) >= {"pg_loss", "baseline_loss", "entropy"}
+
+
+def test_truncate_per_step_same_loss_but_no_gradient_through_time():
+    cfg, model = make("lstm")
+    batch = fixed_batch(model)
+    batch["done"][:] = False
+    loss_seq, _ = compute_loss(model, batch, cfg)
+    loss_seq.backward()
+    grad_seq = model.core.lstm.weight_hh_l0.grad.clone()
+    model.zero_grad()
+    cfg_trunc = dataclasses.replace(cfg, learner=dataclasses.replace(cfg.learner, truncate_per_step=True))
+    loss_trunc, _ = compute_loss(model, batch, cfg_trunc)
+    loss_trunc.backward()
+    assert loss_trunc.item() == pytest.approx(loss_seq.item(), rel=1e-5)
+    assert not torch.allclose(model.core.lstm.weight_hh_l0.grad, grad_seq)
+
+
+def test_aux_losses_are_weighted():
+    losses = {"pg_loss": torch.tensor(1.0), "baseline_loss": torch.tensor(2.0), "entropy": torch.tensor(3.0)}
+    aux = {"meta": torch.tensor(5.0), "other": torch.tensor(7.0)}
+    got = total_loss(losses, 0.5, 0.1, aux, {"meta": 0.2})
+    assert got.item() == pytest.approx(1.0 + 0.5 * 2.0 - 0.1 * 3.0 + 0.2 * 5.0 + 7.0)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+def test_cuda_missing_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="CUDA is not available.*--device cpu"):
+        resolve_device("cuda")
+    assert resolve_device("cpu").type == "cpu"
