@@ -59,7 +59,9 @@ class OptimConfig:
     batch_size: int = 64
     warmup_steps: int = 0              # linear warm-up from 0 to lr
     clip_norm: float = 0.0             # 0 = no clipping
-    aux_loss_weight: float = 1.0       # weight of the core's auxiliary losses (MNM's "meta")
+    # weight per core auxiliary loss (MNM's "meta"), default 1; the task loss is a mean over the
+    # scored positions and the aux losses are means too, so weight 1 weighs them per sample alike
+    aux_loss_weights: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -336,7 +338,7 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
         done = torch.zeros(batch.x.shape[:2], dtype=torch.bool, device=device)
         out, state, aux = model(batch.x, state, done)
         loss = batch_loss(task.spec.loss, out, batch)
-        total = loss + o.aux_loss_weight * sum(aux.values()) if aux else loss
+        total = loss + sum(o.aux_loss_weights.get(k, 1.0) * v for k, v in aux.items())
         optimizer.zero_grad(set_to_none=True)
         total.backward()
         grad_norm = (torch.nn.utils.clip_grad_norm_(model.parameters(), o.clip_norm) if o.clip_norm > 0
@@ -348,7 +350,7 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
         n_acc += 1
         if step % t.log_every == 0:
             row = {"train/loss": train_loss_acc / n_acc, "lr": scheduler.get_last_lr()[0],
-                   "grad_norm": float(grad_norm)}
+                   "grad_norm": float(grad_norm), **{f"train/aux_{k}": float(v.detach()) for k, v in aux.items()}}
             logger.log(step, row)
             logger.progress(step, row)
             train_loss_acc, n_acc = 0.0, 0

@@ -19,7 +19,9 @@ MNM_AVAILABLE = importlib.util.find_spec("fastnet.mnm") is not None
 BLOCK = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "head_dim": 8, "ff_size": 16}
 TINY_CORES = {
     "ff": {}, "lstm": {"hidden_size": 16}, "linear": BLOCK, "delta": BLOCK, "rec_delta": BLOCK,
-    "delta_rnn": BLOCK, "delta_lstm": BLOCK, "mnm_g": {}, "mnm_p": {},
+    "delta_rnn": BLOCK, "delta_lstm": BLOCK,
+    "mnm_g": {"controller_size": 16, "memory_size": 8, "num_heads": 1, "memory_layers": 2, "output_size": 16},
+    "mnm_p": {"controller_size": 16, "memory_size": 8, "num_heads": 1, "memory_layers": 2, "output_size": 16},
 }
 SMALL = {"train": 16, "valid": 4, "test": 4}
 TINY_TASKS = {
@@ -76,6 +78,9 @@ def test_every_task_trains_with_every_core(task_name, core, tmp_path):
         assert "ppl" in result["test"]
     assert os.path.exists(tmp_path / "run" / "checkpoint.pt")
     assert os.path.exists(tmp_path / "run" / "logs.csv")
+    if core.startswith("mnm"):  # the meta loss enters training and the logs
+        with open(tmp_path / "run" / "logs.csv") as f:
+            assert "train/aux_meta" in f.readline()
 
 
 @pytest.mark.parametrize("core", ["linear", "delta"])
