@@ -1,0 +1,394 @@
+"""Supervised trainer for the synthetic and algorithmic benchmarks (TASKS.md).
+
+Model (``model.kind = stack``, every core): an embedding per input field (concatenated) or
+a Linear for float inputs -> ``make_core(core, ...)`` -> a Linear output layer.
+
+Model (``model.kind = retrieval_memory``, retrieval tasks only): the fwp-linear-transformers
+§6.1 memory itself, one fast weight matrix written once per (k, v) pair and read once by the
+query, with k = W_K [e(k); v], q = W_Q e(q), the value the one-hot v ∈ R^S and the read
+v̂ = W φ(q) compared with the target directly (no output layer). ``memory = fast_weight``
+uses the core's feature map / normalisation / update rule (``core`` linear -> sum rule,
+delta -> delta rule, overridable with ``core_options``); ``memory = softmax`` is the
+softmax-attention reference (v̂ = Σ_i softmax(q·k_i) v_i).
+
+Training: Adam, linear learning-rate warm-up, gradient-norm clipping, evaluation on the
+valid split every ``eval_every`` steps, early stopping when the valid ``select_metric``
+(default: the loss) has not improved for ``patience`` steps or the valid loss falls below
+``target_loss``; the best model by ``select_metric`` is evaluated on the test split at the end. Checkpoints, CSV/TensorBoard logs and the progress
+line use the shared ``agents.checkpoint`` and ``agents.logger`` modules.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from agents.checkpoint import atomic_save, latest_checkpoint, load_checkpoint, save_checkpoint
+from agents.config import to_dict
+from agents.logger import Logger
+from envs.tasks import Batch, Task, make_task
+from fastnet import make_core
+from fastnet.feature_maps import FeatureMap, sum_normalise
+from fastnet.registry import core_class
+
+
+# --- config ------------------------------------------------------------------------------
+@dataclass
+class ModelConfig:
+    # auto: retrieval_memory for a retrieval task with core linear or delta, else stack
+    kind: Literal["auto", "stack", "retrieval_memory"] = "auto"
+    embedding_size: int = 128          # per input field (stack); e(k) size (retrieval_memory)
+    key_size: int = 64                 # retrieval_memory: d_key
+    memory: Literal["fast_weight", "softmax"] = "fast_weight"  # retrieval_memory only
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 3e-4
+    beta1: float = 0.9
+    beta2: float = 0.999
+    batch_size: int = 64
+    warmup_steps: int = 0              # linear warm-up from 0 to lr
+    clip_norm: float = 0.0             # 0 = no clipping
+    # weight per core auxiliary loss (MNM's "meta"), default 1; the task loss is a mean over the
+    # scored positions and the aux losses are means too, so weight 1 weighs them per sample alike
+    aux_loss_weights: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class TrainConfig:
+    max_steps: int = 10_000            # 0 = unbounded (then max_epochs or max_time_s must be set)
+    max_epochs: float = 0.0            # finite training sets: stop after this many epochs (0 = off)
+    max_time_s: float = 0.0            # wall-clock budget (0 = off)
+    eval_every: int = 500
+    eval_batch_size: int = 256
+    patience: int = 0                  # stop after this many steps without valid-loss progress (0 = off)
+    min_delta: float = 0.0             # progress = valid score better than best by min_delta
+    # the valid metric that picks the best model and drives patience: loss / mse / ppl (lower is
+    # better) or token_acc / seq_acc (higher is better)
+    select_metric: Literal["loss", "mse", "ppl", "token_acc", "seq_acc"] = "loss"
+    target_loss: float = 0.0           # stop once the valid loss is below this (0 = off)
+    checkpoint_every: int = 1000
+    resume: bool = True
+    log_every: int = 50
+
+
+@dataclass
+class Config:
+    task: str = "retrieval2"
+    core: str = "delta"
+    seed: int = 0
+    device: str = "cpu"
+    threads: int = 0                   # torch.set_num_threads (0 = leave as is)
+    run_dir: str = "runs/supervised"
+    task_options: dict[str, Any] = field(default_factory=dict)
+    core_options: dict[str, Any] = field(default_factory=dict)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    # per-task defaults (applied after the YAML file, before the command line); each entry
+    # may hold ``core_defaults: {core: {...}}`` applied on top for that core
+    task_defaults: dict[str, Any] = field(default_factory=dict)
+    core_defaults: dict[str, Any] = field(default_factory=dict)
+
+
+# --- models ------------------------------------------------------------------------------
+class SequenceModel(nn.Module):
+    """Embedding (or Linear) -> core -> Linear output layer."""
+
+    def __init__(self, task: Task, core: str, core_options: dict, embedding_size: int):
+        super().__init__()
+        spec = task.spec
+        if spec.input_vocab is not None:
+            self.embeddings = nn.ModuleList(nn.Embedding(v, embedding_size) for v in spec.input_vocab)
+            self.input_layer = None
+            in_size = embedding_size * len(spec.input_vocab)
+        else:
+            self.embeddings = None
+            self.input_layer = nn.Linear(spec.input_dim, embedding_size)
+            in_size = embedding_size
+        self.core = make_core(core, in_size, **core_options)
+        self.head = nn.Linear(self.core.output_size, spec.output_size)
+
+    def initial_state(self, batch_size: int, device) -> tuple:
+        return self.core.initial_state(batch_size, device)
+
+    def forward(self, x: Tensor, state: tuple, done: Tensor) -> tuple[Tensor, tuple, dict]:
+        if self.embeddings is not None:
+            if x.dim() == 2:
+                x = x.unsqueeze(-1)
+            h = torch.cat([emb(x[..., i]) for i, emb in enumerate(self.embeddings)], dim=-1)
+        else:
+            h = self.input_layer(x)
+        y, state, aux = self.core(h, state, done)
+        return self.head(y), state, aux
+
+
+class RetrievalMemory(nn.Module):
+    """The fwp-linear-transformers §6.1 retrieval model (see the module docstring)."""
+
+    def __init__(self, task: Task, embedding_size: int, key_size: int, memory: str, update_rule: str,
+                 feature_map: str, normalisation: str, dpfp_nu: int, favor_features: int):
+        super().__init__()
+        if task.spec.input_vocab is None or len(task.spec.input_vocab) != 2:
+            raise ValueError("model.kind=retrieval_memory needs a retrieval task (key, value inputs)")
+        if normalisation not in ("sum", "none"):
+            raise ValueError(f"retrieval_memory supports normalisation sum or none, got {normalisation!r}")
+        if update_rule not in ("sum", "delta"):
+            raise ValueError(f"retrieval_memory supports update_rule sum or delta, got {update_rule!r}")
+        self.S = task.spec.output_size
+        self.memory, self.rule, self.normalisation = memory, update_rule, normalisation
+        self.embed = nn.Embedding(self.S, embedding_size)
+        self.W_K = nn.Linear(embedding_size + self.S, key_size, bias=False)
+        self.W_Q = nn.Linear(embedding_size, key_size, bias=False)
+        self.W_beta = nn.Linear(embedding_size + self.S, 1)
+        self.phi = FeatureMap(feature_map, key_size, dpfp_nu, favor_features)
+
+    def initial_state(self, batch_size: int, device) -> tuple:
+        return ()
+
+    def _features(self, x: Tensor) -> Tensor:
+        x = self.phi(x)
+        return sum_normalise(x) if self.normalisation == "sum" else x
+
+    def forward(self, x: Tensor, state: tuple, done: Tensor) -> tuple[Tensor, tuple, dict]:
+        if self.training:
+            self.phi.redraw()
+        keys, values, query = x[:-1, :, 0], x[:-1, :, 1], x[-1, :, 0]
+        v = F.one_hot(values, self.S + 1)[..., :self.S].float()           # [L,B,S]
+        kv = torch.cat([self.embed(keys), v], dim=-1)
+        k = self.W_K(kv)                                                   # [L,B,dk]
+        q = self.W_Q(self.embed(query))                                    # [B,dk]
+        if self.memory == "softmax":
+            attn = torch.softmax(torch.einsum("lbd,bd->bl", k, q), dim=-1)
+            read = torch.einsum("bl,lbs->bs", attn, v)
+        else:
+            k, q = self._features(k), self._features(q)
+            if self.rule == "sum":  # W = Σ_t v_t ⊗ φ(k_t), so W φ(q) = Σ_t v_t (φ(k_t)·φ(q))
+                read = torch.einsum("lbs,lb->bs", v, torch.einsum("lbd,bd->lb", k, q))
+            else:
+                beta = torch.sigmoid(self.W_beta(kv))                      # [L,B,1]
+                W = k.new_zeros(k.shape[1], self.S, k.shape[-1])           # [B,S,d_dot]
+                for t in range(k.shape[0]):
+                    u = beta[t] * (v[t] - torch.einsum("bsd,bd->bs", W, k[t]))
+                    W = W + u.unsqueeze(-1) * k[t].unsqueeze(-2)
+                read = torch.einsum("bsd,bd->bs", W, q)
+        out = torch.zeros(x.shape[0], x.shape[1], self.S, device=x.device)
+        out[-1] = read
+        return out, state, {}
+
+
+def model_kind(cfg: Config, task: Task) -> str:
+    if cfg.model.kind != "auto":
+        return cfg.model.kind
+    retrieval = task.spec.input_vocab is not None and len(task.spec.input_vocab) == 2
+    return "retrieval_memory" if retrieval and cfg.core in ("linear", "delta") else "stack"
+
+
+def build_model(cfg: Config, task: Task) -> nn.Module:
+    if model_kind(cfg, task) == "stack":
+        return SequenceModel(task, cfg.core, cfg.core_options, cfg.model.embedding_size)
+    if cfg.core not in ("linear", "delta"):
+        raise ValueError(f"model.kind=retrieval_memory takes core linear or delta, got {cfg.core!r}")
+    defaults = dataclasses.asdict(core_class(cfg.core).Config())
+    unknown = set(cfg.core_options) - set(defaults)
+    if unknown:
+        raise ValueError(f"unknown core_options {sorted(unknown)} for {cfg.core}; valid: {sorted(defaults)}")
+    opts = {**defaults, **cfg.core_options}
+    return RetrievalMemory(task, cfg.model.embedding_size, cfg.model.key_size, cfg.model.memory,
+                           opts["update_rule"], opts["feature_map"], opts["normalisation"], opts["dpfp_nu"],
+                           opts["favor_features"])
+
+
+# --- losses and metrics ------------------------------------------------------------------
+def batch_loss(kind: str, out: Tensor, batch: Batch) -> Tensor:
+    """Mean loss over the masked positions (mse: ½ Σ_j (v*_j − v̂_j)² per position)."""
+    m = batch.mask
+    if kind == "ce":
+        return F.cross_entropy(out[m], batch.y[m])
+    if kind == "mse":
+        return 0.5 * ((out[m] - batch.y[m]) ** 2).sum(-1).mean()
+    if kind == "bce":
+        return F.binary_cross_entropy_with_logits(out[m], batch.y[m])
+    raise ValueError(f"unknown loss {kind!r}")
+
+
+class MetricSums:
+    """Accumulates evaluation sums over batches."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.loss = self.positions = self.correct = self.scored = self.seq_ok = self.seqs = 0.0
+
+    def add(self, out: Tensor, batch: Batch) -> None:
+        m, mm = batch.mask, batch.metric_mask
+        n = int(m.sum())
+        if n == 0:
+            return
+        self.loss += float(batch_loss(self.kind, out, batch)) * n
+        self.positions += n
+        if self.kind == "mse":
+            return
+        if self.kind == "ce":
+            ok = out.argmax(-1) == batch.y                                 # [T,B]
+            self.correct += float((ok & mm).sum())
+            self.scored += float(mm.sum())
+        else:  # bce: bit accuracy; a position is right if all its bits are
+            bits = (out > 0) == (batch.y > 0.5)                            # [T,B,D]
+            self.correct += float((bits & mm.unsqueeze(-1)).sum())
+            self.scored += float(mm.sum()) * out.shape[-1]
+            ok = bits.all(-1)
+        seq_ok = (ok | ~m).all(0) & m.any(0)
+        self.seq_ok += float(seq_ok.sum())
+        self.seqs += float(m.any(0).sum())
+
+    def result(self) -> dict[str, float]:
+        loss = self.loss / max(self.positions, 1)
+        if self.kind == "mse":
+            return {"loss": loss, "mse": loss}
+        out = {"loss": loss, "token_acc": self.correct / max(self.scored, 1),
+               "seq_acc": self.seq_ok / max(self.seqs, 1)}
+        if self.kind == "ce":
+            out["ppl"] = math.exp(min(loss, 50.0))
+        return out
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, task: Task, split: str, batch_size: int, device) -> dict[str, float]:
+    model.eval()
+    sums, state = MetricSums(task.spec.loss), None
+    for batch in task.eval_batches(split, batch_size):
+        batch = batch.to(device)
+        if batch.reset or state is None or _batch_of(state) != batch.batch_size:
+            state = model.initial_state(batch.batch_size, device)
+        done = torch.zeros(batch.x.shape[:2], dtype=torch.bool, device=device)
+        out, state, _ = model(batch.x, state, done)
+        sums.add(out, batch)
+    model.train()
+    return sums.result()
+
+
+def _batch_of(state: tuple) -> int:
+    return state[0].shape[0] if state else -1
+
+
+# --- training ------------------------------------------------------------------------------
+def set_seed(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+
+
+def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict[str, Any]:
+    """Train ``cfg.core`` on ``cfg.task``; returns the best valid and final test metrics."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    set_seed(cfg.seed)
+    device = torch.device(cfg.device)
+    task = task if task is not None else make_task(cfg.task, seed=cfg.seed, **cfg.task_options)
+    model = build_model(cfg, task).to(device)
+    o, t = cfg.optim, cfg.train
+    optimizer = torch.optim.Adam(model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2))
+    warm = max(o.warmup_steps, 0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+
+    max_steps = t.max_steps
+    if t.max_epochs and task.epoch_size():
+        epoch_steps = task.epoch_size() // o.batch_size
+        max_steps = min(max_steps or 10**12, int(math.ceil(t.max_epochs * epoch_steps)))
+    if not max_steps and not t.max_time_s:
+        raise ValueError("set train.max_steps, train.max_epochs or train.max_time_s")
+
+    higher = t.select_metric in ("token_acc", "seq_acc")
+    sign = -1.0 if higher else 1.0  # best_score is kept as "lower is better"
+    step, best_score, best_step, history = 0, math.inf, 0, []
+    ckpt = latest_checkpoint(cfg.run_dir) if t.resume else None
+    if ckpt:
+        payload = load_checkpoint(ckpt, model, optimizer, scheduler, map_location=device)
+        step, best_score, best_step = (payload["counters"]["step"], payload["best_score"], payload["counters"]["best_step"])
+    os.makedirs(cfg.run_dir, exist_ok=True)
+    logger = Logger(cfg.run_dir, resume_step=step, print_every_s=1e9 if quiet else 5.0)
+    best_path = os.path.join(cfg.run_dir, "best_model.pt")
+    n_params = sum(p.numel() for p in model.parameters())
+    if not quiet:
+        print(f"task {cfg.task} | core {cfg.core} ({model_kind(cfg, task)}) | {n_params:,} parameters | "
+              f"max_steps {max_steps} | run_dir {cfg.run_dir}", flush=True)
+
+    batches = task.train_batches(o.batch_size, seed=cfg.seed + step)
+    state, start, train_loss_acc, n_acc, stop_reason = None, time.time(), 0.0, 0, "max_steps"
+    while True:
+        if max_steps and step >= max_steps:
+            break
+        if t.max_time_s and time.time() - start > t.max_time_s:
+            stop_reason = "max_time_s"
+            break
+        batch = next(batches).to(device)
+        if batch.reset or state is None or _batch_of(state) != batch.batch_size:
+            state = model.initial_state(batch.batch_size, device)
+        else:
+            state = tuple(s.detach() for s in state)
+        done = torch.zeros(batch.x.shape[:2], dtype=torch.bool, device=device)
+        out, state, aux = model(batch.x, state, done)
+        loss = batch_loss(task.spec.loss, out, batch)
+        total = loss + sum(o.aux_loss_weights.get(k, 1.0) * v for k, v in aux.items())
+        optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        grad_norm = (torch.nn.utils.clip_grad_norm_(model.parameters(), o.clip_norm) if o.clip_norm > 0
+                     else torch.tensor(0.0))
+        optimizer.step()
+        scheduler.step()
+        step += 1
+        train_loss_acc += float(loss.detach())
+        n_acc += 1
+        if step % t.log_every == 0:
+            row = {"train/loss": train_loss_acc / n_acc, "lr": scheduler.get_last_lr()[0],
+                   "grad_norm": float(grad_norm), **{f"train/aux_{k}": float(v.detach()) for k, v in aux.items()}}
+            logger.log(step, row)
+            logger.progress(step, row)
+            train_loss_acc, n_acc = 0.0, 0
+        if step % t.eval_every == 0 or (max_steps and step == max_steps):
+            metrics = evaluate(model, task, "valid", t.eval_batch_size, device)
+            history.append({"step": step, **metrics})
+            logger.log(step, {f"valid/{k}": v for k, v in metrics.items()})
+            if t.select_metric not in metrics:
+                raise ValueError(f"select_metric {t.select_metric!r} is not reported for this task: {list(metrics)}")
+            score = sign * metrics[t.select_metric]
+            if score < best_score - t.min_delta:
+                best_score, best_step = score, step
+                atomic_save(model.state_dict(), best_path)
+            logger.progress(step, {f"valid_{k}": v for k, v in metrics.items()} | {"best": sign * best_score}, force=not quiet)
+            if t.target_loss and metrics["loss"] < t.target_loss:
+                stop_reason = "target_loss"
+                break
+            if t.patience and step - best_step >= t.patience:
+                stop_reason = "patience"
+                break
+        if t.checkpoint_every and step % t.checkpoint_every == 0:
+            save_checkpoint(cfg.run_dir, model=model, optimizer=optimizer, scheduler=scheduler,
+                            counters={"step": step, "best_step": best_step}, config=to_dict(cfg),
+                            best_score=best_score)
+    save_checkpoint(cfg.run_dir, model=model, optimizer=optimizer, scheduler=scheduler,
+                    counters={"step": step, "best_step": best_step}, config=to_dict(cfg), best_score=best_score)
+    if os.path.exists(best_path):
+        model.load_state_dict(torch.load(best_path, map_location=device))
+    valid = evaluate(model, task, "valid", t.eval_batch_size, device)
+    test = evaluate(model, task, "test", t.eval_batch_size, device)
+    logger.log(step, {f"test/{k}": v for k, v in test.items()})
+    logger.close()
+    result = {"task": cfg.task, "core": cfg.core, "model": model_kind(cfg, task), "steps": step, "best_step": best_step,
+              "stop_reason": stop_reason, "parameters": n_params, "wall_s": round(time.time() - start, 1),
+              "valid": valid, "test": test, "history": history}
+    with open(os.path.join(cfg.run_dir, "results.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    if not quiet:
+        print(f"done ({stop_reason}) at step {step}: best valid {t.select_metric} {sign * best_score:.4g} at step {best_step} | "
+              "test " + " | ".join(f"{k} {v:.4g}" for k, v in test.items()), flush=True)
+    return result
