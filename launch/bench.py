@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import random
 import statistics
@@ -20,6 +21,15 @@ import torch  # noqa: E402
 
 from envs.maze_reference import PyMaze  # noqa: E402
 from fastnet import CORES, make_core  # noqa: E402
+
+
+def _release_freed_memory() -> None:
+    """Hand freed heap pages back to the OS (glibc), so that one core's large autograd graph
+    does not stay resident while the next core runs (the long shape needs 5-12 GB per core)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
 
 
 def _saved_bytes(fn) -> int:
@@ -61,6 +71,8 @@ def bench_cores(args: argparse.Namespace) -> None:
             core = cores[name]
             y, state, aux = core(x, core.initial_state(B, device), done)
             (y.square().mean() + sum(aux.values(), torch.zeros((), device=device))).backward()
+            del y, state, aux
+            _release_freed_memory()
 
         for name in names:  # warm-up and memory
             core = cores[name]
