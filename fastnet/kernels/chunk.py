@@ -92,20 +92,27 @@ def _flags(cseg, b, start, T, C: tl.constexpr):
 
 
 @triton.jit
+def _chunk_program(cseg, T, H, C: tl.constexpr):
+    """A chunk-parallel program's chunk n, row b*H + h, b, h, first step, and its segment masks."""
+    n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    start = n * C
+    t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
+    return n, pid_bh, b, h, start, t, tm, cc, m, last, g
+
+
+@triton.jit
 def _chunk_prep_kernel(
     k, v, beta, cseg, tinv, wm, uv,
     T, H,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr,
 ):
     """Per chunk, all chunks in parallel: T^{-1}, Wm = T^{-1} diag(beta m) K, Uv = T^{-1} diag(beta) V."""
-    n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
+    n, pid_bh, b, h, start, t, tm, cc, m, last, g = _chunk_program(cseg, T, H, C)
     NT = (T + C - 1) // C
-    start = n * C
     oc = tl.arange(0, C)
-    t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
     be = tl.load(beta + (b * T + t) * H + h, mask=tm, other=0.0).to(tl.float32)
     K = _ld(k, b, h, start, 0, T, H, DK, C, DK)
     Tinv, KK, same = _tinv(K, be, cc, C, PREC)
@@ -158,15 +165,10 @@ def _chunk_out_kernel(
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr,
 ):
     """Per chunk, in parallel: Y = m * (Q S) + ((Q K^T) * L) U."""
-    n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
+    n, pid_bh, b, h, start, t, tm, cc, m, last, g = _chunk_program(cseg, T, H, C)
     NT = (T + C - 1) // C
-    start = n * C
     oc = tl.arange(0, C)
     ok = tl.arange(0, DK)
-    t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
     Q = _ld(q, b, h, start, 0, T, H, DK, C, DK)
     K = _ld(k, b, h, start, 0, T, H, DK, C, DK)
     incl = (oc[:, None] >= oc[None, :]) & (cc[:, None] == cc[None, :])
@@ -187,13 +189,8 @@ def _chunk_bwd_prep_kernel(
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr,
 ):
     """Per chunk, in parallel: the intra-chunk part of dU, ((Q K^T) * L)^T dY."""
-    n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    start = n * C
+    n, pid_bh, b, h, start, t, tm, cc, m, last, g = _chunk_program(cseg, T, H, C)
     oc = tl.arange(0, C)
-    t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
     Q = _ld(q, b, h, start, 0, T, H, DK, C, DK)
     K = _ld(k, b, h, start, 0, T, H, DK, C, DK)
     incl = (oc[:, None] >= oc[None, :]) & (cc[:, None] == cc[None, :])
@@ -254,14 +251,9 @@ def _chunk_bwd_wy_kernel(
     A = beta K K^T and beta V; fp32 dbe_f), and the [C, C] gradients dP = (dY U^T) * L and beta dA
     (dyu_s, dab_s) from which bwd_dqk forms the intra-chunk dq, dk. Value blocks are summed in the
     program through the [C, C] products dY U^T and Z U^T only."""
-    n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
+    n, pid_bh, b, h, start, t, tm, cc, m, last, g = _chunk_program(cseg, T, H, C)
     NT = (T + C - 1) // C
-    start = n * C
     oc = tl.arange(0, C)
-    t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
     be = tl.load(beta + (b * T + t) * H + h, mask=tm, other=0.0).to(tl.float32)
     ctile = (pid_bh.to(tl.int64) * NT + n) * C * C + oc[:, None] * C + oc[None, :]
     Tinv = tl.load(tinv + ctile)
@@ -298,15 +290,10 @@ def _chunk_bwd_dqk_kernel(
     (dq: dP K; dk: dP^T Q + beta dA K + (beta dA)^T K), then the parts through the chunk-initial state S
     and the chunk-final state gradient dS_out (dq: m dY S^T; dk: last U dS_out^T - m beta Z S^T;
     dbeta: dbe_f - m rowsum(Z S^T * K))."""
-    n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
+    n, pid_bh, b, h, start, t, tm, cc, m, last, g = _chunk_program(cseg, T, H, C)
     NT = (T + C - 1) // C
-    start = n * C
     oc = tl.arange(0, C)
     ok = tl.arange(0, DK)
-    t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
     be = tl.load(beta + (b * T + t) * H + h, mask=tm, other=0.0).to(tl.float32)
     ctile = (pid_bh.to(tl.int64) * NT + n) * C * C + oc[:, None] * C + oc[None, :]
     dP = tl.load(dyu_s + ctile)
