@@ -43,20 +43,25 @@ def pick_warps(bv: int, dk: int) -> int:
 
 
 @triton.jit
+def _state_program(H, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr):
+    """A program's value block pid_v and row b*H + h, its BV state rows, the key columns,
+    the [BV, DK] tile offsets and the base offset of (b, h)'s [DV, DK] state."""
+    pid_v = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    rows = pid_v * BV + tl.arange(0, BV)
+    cols = tl.arange(0, DK)
+    tile = rows[:, None] * DK + cols[None, :]
+    return pid_v, pid_bh, pid_bh // H, pid_bh % H, rows, cols, tile, pid_bh.to(tl.int64) * DV * DK
+
+
+@triton.jit
 def _fw_fwd_kernel(
     q, k, v, beta, done, w0, y, wT, u_out, ckpt,
     T, H, CHUNK,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
     RULE: tl.constexpr, HAS_W0: tl.constexpr,
 ):
-    pid_v = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    rows = pid_v * BV + tl.arange(0, BV)
-    cols = tl.arange(0, DK)
-    tile = rows[:, None] * DK + cols[None, :]
-    sbase = pid_bh.to(tl.int64) * DV * DK
+    pid_v, pid_bh, b, h, rows, cols, tile, sbase = _state_program(H, DK, DV, BV)
     if HAS_W0:
         W = tl.load(w0 + sbase + tile).to(tl.float32)
     else:
@@ -94,14 +99,7 @@ def _fw_bwd_undo_kernel(
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
     RULE: tl.constexpr, HAS_W0: tl.constexpr, HAS_DWT: tl.constexpr,
 ):
-    pid_v = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    rows = pid_v * BV + tl.arange(0, BV)
-    cols = tl.arange(0, DK)
-    tile = rows[:, None] * DK + cols[None, :]
-    sbase = pid_bh.to(tl.int64) * DV * DK
+    pid_v, pid_bh, b, h, rows, cols, tile, sbase = _state_program(H, DK, DV, BV)
     # partial buffers: [NV, B, T, H, ...]
     pbase = pid_v.to(tl.int64) * B * T * H
     W = tl.load(wT + sbase + tile)
@@ -165,16 +163,9 @@ def _fw_bwd_gated_kernel(
     T, H, B, CHUNK,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, HAS_DWT: tl.constexpr,
 ):
-    pid_v = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    pid_v, pid_bh, b, h, rows, cols, tile, sbase = _state_program(H, DK, DV, BV)
     NV = tl.num_programs(0)
-    b = pid_bh // H
-    h = pid_bh % H
-    rows = pid_v * BV + tl.arange(0, BV)
-    cols = tl.arange(0, DK)
-    tile = rows[:, None] * DK + cols[None, :]
     ltile = tl.arange(0, BV)[:, None] * DK + cols[None, :]
-    sbase = pid_bh.to(tl.int64) * DV * DK
     pbase = pid_v.to(tl.int64) * B * T * H
     scr = scratch + (pid_bh.to(tl.int64) * NV + pid_v) * CHUNK * BV * DK
     NC = ((T + CHUNK - 1) // CHUNK)
