@@ -55,6 +55,22 @@ def _state_program(H, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr):
 
 
 @triton.jit
+def _state_before_reset(w0_tile, HAS_W0: tl.constexpr, u, kk, done, seg, b, h, t, T, H,
+                        DU: tl.constexpr, DKK: tl.constexpr, rows, cols):
+    """The [rows, cols] state just before the reset at step t, rebuilt by replaying the writes
+    u_s ⊗ k_s of the segment since the previous reset (or since W0): no stored state needed."""
+    s0 = tl.load(seg + b * T + tl.maximum(t - 1, 0))
+    if HAS_W0:
+        W = tl.load(w0_tile).to(tl.float32) * (1.0 - tl.load(done + b * T + s0).to(tl.float32))
+    else:
+        W = (rows[:, None] * 0 + cols[None, :] * 0).to(tl.float32)
+    for s in range(s0, t):
+        bs = ((b * T + s) * H + h).to(tl.int64)
+        W += tl.load(u + bs * DU + rows).to(tl.float32)[:, None] * tl.load(kk + bs * DKK + cols).to(tl.float32)[None, :]
+    return W
+
+
+@triton.jit
 def _fw_fwd_kernel(
     q, k, v, beta, done, w0, y, wT, u_out, ckpt,
     T, H, CHUNK,
@@ -139,20 +155,10 @@ def _fw_bwd_undo_kernel(
             # reset before step t: no gradient flows further back, and the state before the
             # reset is rebuilt by replaying the writes since the previous reset (or W0).
             G = G * 0.0
-            s0 = tl.load(seg + b * T + tl.maximum(t - 1, 0))
-            keep0 = 1.0 - tl.load(done + b * T + s0).to(tl.float32)
-            if HAS_W0:
-                W = tl.load(w0 + sbase + tile).to(tl.float32) * keep0
+            if RULE == 0:
+                W = _state_before_reset(w0 + sbase + tile, HAS_W0, v, k, done, seg, b, h, t, T, H, DV, DK, rows, cols)
             else:
-                W = tl.zeros([BV, DK], dtype=tl.float32)
-            for s in range(s0, t):
-                bs = ((b * T + s) * H + h).to(tl.int64)
-                ks = tl.load(k + bs * DK + cols).to(tl.float32)
-                if RULE == 0:
-                    us = tl.load(v + bs * DV + rows).to(tl.float32)
-                else:
-                    us = tl.load(u_in + bs * DV + rows)
-                W += us[:, None] * ks[None, :]
+                W = _state_before_reset(w0 + sbase + tile, HAS_W0, u_in, k, done, seg, b, h, t, T, H, DV, DK, rows, cols)
     tl.store(dw0 + sbase + tile, G)
 
 

@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from fastnet.kernels._common import check_device, check_dtype, check_head_size, seg_start
+from fastnet.kernels.fused_recurrent import _state_before_reset
 
 
 def pick_warps(n_elems: int) -> int:
@@ -147,11 +148,7 @@ def _rec_delta_bwd_kernel(
         gy = dh * (1.0 - hc * hc) * keep
         if dt != 0:
             G = G * 0.0
-            s0 = tl.load(seg + b * T + tl.maximum(t - 1, 0))
-            W = tl.load(w0 + sb + tile).to(tl.float32) * (1.0 - tl.load(done + b * T + s0).to(tl.float32))
-            for s in range(s0, t):
-                bss = ((b * T + s) * H + h).to(tl.int64)
-                W += tl.load(us + bss * D + rows)[:, None] * tl.load(ks + bss * D + cols)[None, :]
+            W = _state_before_reset(w0 + sb + tile, True, us, ks, done, seg, b, h, t, T, H, D, D, rows, cols)
     tl.store(dw0 + sb + tile, G)
     tl.store(dy0 + pid.to(tl.int64) * D + rows, gy)
 
@@ -311,14 +308,8 @@ def _delta_rnn_bwd_kernel(
         if dt != 0:
             GW = GW * 0.0
             GR = GR * 0.0
-            s0 = tl.load(seg + b * T + tl.maximum(t - 1, 0))
-            keep0 = 1.0 - tl.load(done + b * T + s0).to(tl.float32)
-            W = tl.load(w0 + wb + wtile).to(tl.float32) * keep0
-            R = tl.load(r0 + rbs + rtile).to(tl.float32) * keep0
-            for s_ in range(s0, t):
-                bss = ((b * T + s_) * H + h).to(tl.int64)
-                W += tl.load(uw + bss * DV + rows)[:, None] * tl.load(k + bss * DK + ck).to(tl.float32)[None, :]
-                R += tl.load(ur + bss * DV + rows)[:, None] * tl.load(kr + bss * DV + cv).to(tl.float32)[None, :]
+            W = _state_before_reset(w0 + wb + wtile, True, uw, k, done, seg, b, h, t, T, H, DV, DK, rows, ck)
+            R = _state_before_reset(r0 + rbs + rtile, True, ur, kr, done, seg, b, h, t, T, H, DV, DV, rows, cv)
     tl.store(dw0 + wb + wtile, GW)
     tl.store(dr0 + rbs + rtile, GR)
     tl.store(dy0 + pid.to(tl.int64) * DV + rows, gy)
