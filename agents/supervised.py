@@ -327,9 +327,6 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
     while True:
         if max_steps and step >= max_steps:
             break
-        if t.max_time_s and time.time() - start > t.max_time_s:
-            stop_reason = "max_time_s"
-            break
         batch = next(batches).to(device)
         if batch.reset or state is None or _batch_of(state) != batch.batch_size:
             state = model.initial_state(batch.batch_size, device)
@@ -354,7 +351,8 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
             logger.log(step, row)
             logger.progress(step, row)
             train_loss_acc, n_acc = 0.0, 0
-        if step % t.eval_every == 0 or (max_steps and step == max_steps):
+        out_of_time = bool(t.max_time_s) and time.time() - start > t.max_time_s
+        if step % t.eval_every == 0 or step == max_steps or out_of_time:  # the last model is scored too
             metrics = evaluate(model, task, "valid", t.eval_batch_size, device)
             history.append({"step": step, **metrics})
             logger.log(step, {f"valid/{k}": v for k, v in metrics.items()})
@@ -371,6 +369,9 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
             if t.patience and step - best_step >= t.patience:
                 stop_reason = "patience"
                 break
+        if out_of_time:
+            stop_reason = "max_time_s"
+            break
         if t.checkpoint_every and step % t.checkpoint_every == 0:
             save_checkpoint(cfg.run_dir, model=model, optimizer=optimizer, scheduler=scheduler,
                             counters={"step": step, "best_step": best_step}, config=to_dict(cfg),

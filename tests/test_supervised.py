@@ -185,3 +185,14 @@ def test_retrieval_memory_matches_explicit_writes(rule):
         q = sum_normalise(dpfp(model.W_Q(model.embed(x[-1, 0]))))
         torch.testing.assert_close(out[-1, b], W @ q, rtol=1e-4, atol=1e-5)
         assert not out[:-1, b].any()
+
+
+def test_time_budget_scores_the_last_model(tmp_path):
+    """A run stopped by max_time_s between evaluations still evaluates its last model."""
+    task = make_task("retrieval2", num_keys=4)
+    cfg = tiny_config("retrieval2", "delta", tmp_path, max_steps=0, eval_every=1000, checkpoint_every=0)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, max_time_s=1e-3))
+    result = train(cfg, task=task, quiet=True)
+    assert result["stop_reason"] == "max_time_s"
+    assert result["steps"] >= 1 and [h["step"] for h in result["history"]] == [result["steps"]]
+    assert result["best_step"] == result["steps"]
