@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from fastnet.feature_maps import FeatureMap, sum_normalise
 from fastnet.recurrent import delta_lstm_step, delta_rnn_sequence, rec_delta_sequence
 from fastnet.rules import fast_weight_sequence
-from fastnet.state import State, reset_state
+from fastnet.state import State, reset_state, reset_steps
 
 
 def _heads(x: Tensor, num_heads: int) -> Tensor:
@@ -158,8 +158,9 @@ class DeltaLSTMLayer(nn.Module):
         values = p[..., (1 + n) * d:(1 + 2 * n) * d].unflatten(-1, (n, d)).movedim(-2, 0)
         betas = torch.sigmoid(p[..., (1 + 2 * n) * d:]).movedim(-1, 0)
         ys = []
-        for t in range(T):
-            state = reset_state(state, done[t])
+        for t, resets in enumerate(reset_steps(done)):
+            if resets:
+                state = reset_state(state, done[t])
             fast, y, c = delta_lstm_step(state[:n], state[n], state[n + 1], q[t], keys[:, t], values[:, t],
                                          betas[:, t])
             state = (*fast, y, c)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from fastnet.state import State, reset_state
+from fastnet.state import State, reset_state, reset_steps
 
 
 def memory_forward(weights: list[Tensor], keys: Tensor) -> list[Tensor]:
@@ -164,8 +164,8 @@ class _MNMCore(nn.Module):
         heads = self.config.num_heads
         init = self.memory_init()
         ys, metas = [], []
-        for t in range(x.shape[0]):
-            h, c, read, *delta = reset_state(state, done[t])
+        for t, resets in enumerate(reset_steps(done)):
+            h, c, read, *delta = reset_state(state, done[t]) if resets else state
             h, c = self.controller(torch.cat([x[t], read], dim=-1), (h, c))
             k_read, k_write, v_write, beta = self.interact(h)
             weights = [m0 + dm for m0, dm in zip(init, delta)]

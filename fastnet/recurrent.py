@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from fastnet.rules import delta_rule_step
-from fastnet.state import reset_state
+from fastnet.state import reset_state, reset_steps
 
 
 def _matvec(W: Tensor, x: Tensor) -> Tensor:
@@ -55,8 +55,9 @@ def rec_delta_sequence(
         )
         return y.transpose(0, 1), W, y_last
     W, y, ys = W0, y0, []
-    for t in range(aq.shape[0]):
-        W, y = reset_state((W, y), done[t])
+    for t, resets in enumerate(reset_steps(done)):
+        if resets:
+            W, y = reset_state((W, y), done[t])
         W, y = rec_delta_step(W, y, aq[t], ak[t], av[t], ab[t], Rq, Rk, Rv, rb)
         ys.append(y)
     return torch.stack(ys), W, y
@@ -85,8 +86,9 @@ def delta_rnn_sequence(
         y, W, R, y_last = fused_recurrent_delta_rnn(*tr, W0, R0, y0)
         return y.transpose(0, 1), W, R, y_last
     W, R, y, ys = W0, R0, y0, []
-    for t in range(q.shape[0]):
-        W, R, y = reset_state((W, R, y), done[t])
+    for t, resets in enumerate(reset_steps(done)):
+        if resets:
+            W, R, y = reset_state((W, R, y), done[t])
         W, R, y = delta_rnn_step(W, R, y, q[t], k[t], v[t], beta[t], kr[t], vr[t], beta_r[t])
         ys.append(y)
     return torch.stack(ys), W, R, y

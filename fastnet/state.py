@@ -21,6 +21,12 @@ def reset_state(state: State, done_t: Tensor) -> State:
     return tuple(s * keep.view(-1, *([1] * (s.dim() - 1))) for s in state)
 
 
+def reset_steps(done: Tensor) -> list[bool]:
+    """For a [T,B] done mask, whether step t resets any batch element (one host sync per
+    sequence): step loops skip :func:`reset_state` where nothing resets, which changes no value."""
+    return done.any(dim=1).tolist()
+
+
 def zeros_state(shapes: list[tuple[int, ...]], batch_size: int, device: torch.device | str | None,
                 dtype: torch.dtype = torch.float32) -> State:
     """A zero state with one tensor per shape (each shape excludes the batch dim)."""
