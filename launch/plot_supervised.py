@@ -5,6 +5,8 @@ Learning curves (valid loss against step)::
     python launch/plot_supervised.py curves --out docs/retrieval_setting2.png \\
         "ours (delta, DPFP-1, sum norm)=runs/setting2/delta_dpfp_sumnorm" "sum rule=runs/setting2/sum_rule_dpfp"
 
+``--metric valid/seq_acc --x time`` plots another logged column against wall-clock minutes.
+
 Capacity (final = best valid loss of each run against its number of keys S; each label takes
 a glob of run directories)::
 
@@ -42,8 +44,9 @@ def curves(args) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, run in _pairs(args.runs):
         rows = [r for r in read_csv(os.path.join(run, "logs.csv")) if r.get(args.metric) == r.get(args.metric)]
-        ax.plot([r["step"] for r in rows], [r[args.metric] for r in rows], label=label)
-    ax.set_xlabel("training step")
+        xs = [r["step"] if args.x == "step" else r["time"] / 60 for r in rows]
+        ax.plot(xs, [r[args.metric] for r in rows], label=label)
+    ax.set_xlabel("training step" if args.x == "step" else "wall-clock minutes")
     ax.set_ylabel(args.metric)
     ax.set_yscale("log" if args.logy else "linear")
     ax.set_title(args.title)
@@ -92,6 +95,7 @@ def main(argv=None) -> None:
     p.add_argument("runs", nargs="+", help="LABEL=RUN_DIR (curves) or LABEL=GLOB (capacity)")
     p.add_argument("--out", required=True)
     p.add_argument("--metric", default="valid/loss")
+    p.add_argument("--x", choices=["step", "time"], default="step", help="curves: the x axis")
     p.add_argument("--title", default="")
     p.add_argument("--logy", action="store_true")
     p.add_argument("--dpi", type=int, default=100)

@@ -1,0 +1,80 @@
+"""The plotting scripts draw the logged numbers (checked on the figure before it is saved)."""
+import importlib.util
+import json
+import os
+
+import matplotlib.figure
+import pytest
+import yaml
+
+from agents.logger import Logger, read_csv
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "launch", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def saved_figures(monkeypatch):
+    """Record every figure that is saved, with the data of each of its lines."""
+    figures = []
+    original = matplotlib.figure.Figure.savefig
+
+    def record(fig, path, **kw):
+        figures.append({"path": str(path), "lines": [
+            [(ln.get_label(), list(ln.get_xdata()), list(ln.get_ydata())) for ln in ax.get_lines()]
+            for ax in fig.axes]})
+        original(fig, path, **kw)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)
+    return figures
+
+
+def write_run(run_dir, rows):
+    logger = Logger(str(run_dir), tensorboard=False)
+    for step, metrics in rows:
+        logger.log(step, metrics)
+    logger.close()
+
+
+def test_plot_draws_each_metric_of_each_run(tmp_path, saved_figures):
+    write_run(tmp_path / "maze-lstm", [(100, {"mean_return": 1.0, "sps": 10.0}), (200, {"mean_return": 3.0})])
+    write_run(tmp_path / "maze-delta", [(100, {"mean_return": 2.0})])
+    out = tmp_path / "curves.png"
+    load_script("plot").main([str(tmp_path / "maze-lstm"), str(tmp_path / "maze-delta"),
+                              "--metric", "mean_return", "--metric", "sps", "-o", str(out)])
+    assert out.stat().st_size > 1000
+    (fig,) = saved_figures
+    returns, sps = fig["lines"]
+    assert returns == [("maze-lstm", [100.0, 200.0], [1.0, 3.0]), ("maze-delta", [100.0], [2.0])]
+    assert sps == [("maze-lstm", [100.0], [10.0])]          # rows without the metric are skipped
+
+
+def test_supervised_curves_against_steps_or_minutes(tmp_path, saved_figures):
+    run = tmp_path / "run"
+    write_run(run, [(10, {"train/loss": 5.0}), (20, {"valid/seq_acc": 0.25}), (40, {"valid/seq_acc": 0.5})])
+    times = [r["time"] for r in read_csv(str(run / "logs.csv"))][1:]
+    plot_supervised = load_script("plot_supervised")
+    for x in ("step", "time"):
+        plot_supervised.main(["curves", f"lstm={run}", "--metric", "valid/seq_acc", "--x", x,
+                              "--out", str(tmp_path / f"{x}.png")])
+    (_, steps, accs), = saved_figures[0]["lines"][0]
+    (_, minutes, _), = saved_figures[1]["lines"][0]
+    assert steps == [20.0, 40.0] and accs == [0.25, 0.5]
+    assert minutes == pytest.approx([t / 60 for t in times])
+
+
+def test_capacity_plots_final_valid_loss_against_num_keys(tmp_path, saved_figures):
+    for S, loss in ((40, 1e-4), (20, 1e-5), (80, 0.1)):
+        run = tmp_path / f"elu_S{S}"
+        run.mkdir()
+        (run / "results.json").write_text(json.dumps({"valid": {"loss": loss}, "steps": 5, "stop_reason": "x"}))
+        (run / "config.yaml").write_text(yaml.safe_dump({"task_options": {"num_keys": S}}))
+    load_script("plot_supervised").main(["capacity", f"elu={tmp_path}/elu_S*", "--out", str(tmp_path / "c.png")])
+    (label, xs, ys), = saved_figures[0]["lines"][0][:1]
+    assert label == "elu" and xs == [20, 40, 80] and ys == [1e-5, 1e-4, 0.1]
