@@ -67,10 +67,10 @@ class FastWeightLayer(nn.Module):
         """Eqs. 26-28: z_t = z_{t-1} + φ(k_t); y_t = W_t φ(q_t) / (z_t·φ(q_t));
         v̄_t = W_{t-1} φ(k_t) / (z_{t-1}·φ(k_t)), with v̄ = 0 while z_{t-1} = 0."""
         z, zs = state[1], []
-        for t in range(k.shape[0]):
+        for t, k_t in enumerate(k.unbind(0)):  # unbind, not k[t]: see fastnet.recurrent
             (z,) = reset_state((z,), done[t])
             zs.append(z)
-            z = z + k[t]
+            z = z + k_t
         z_prev = torch.stack(zs)
         z_now = z_prev + k
         key_dot = (z_prev * k).sum(-1)
@@ -158,11 +158,11 @@ class DeltaLSTMLayer(nn.Module):
         values = p[..., (1 + n) * d:(1 + 2 * n) * d].unflatten(-1, (n, d)).movedim(-2, 0)
         betas = torch.sigmoid(p[..., (1 + 2 * n) * d:]).movedim(-1, 0)
         ys = []
-        for t, resets in enumerate(reset_steps(done)):
+        steps = zip(reset_steps(done), q.unbind(0), keys.unbind(1), values.unbind(1), betas.unbind(1))
+        for t, (resets, q_t, keys_t, values_t, betas_t) in enumerate(steps):  # unbind: see fastnet.recurrent
             if resets:
                 state = reset_state(state, done[t])
-            fast, y, c = delta_lstm_step(state[:n], state[n], state[n + 1], q[t], keys[:, t], values[:, t],
-                                         betas[:, t])
+            fast, y, c = delta_lstm_step(state[:n], state[n], state[n + 1], q_t, keys_t, values_t, betas_t)
             state = (*fast, y, c)
             ys.append(y)
         return self.out(torch.stack(ys).reshape(T, B, -1)), state

@@ -164,9 +164,9 @@ class _MNMCore(nn.Module):
         heads = self.config.num_heads
         init = self.memory_init()
         ys, metas = [], []
-        for t, resets in enumerate(reset_steps(done)):
+        for t, (resets, x_t) in enumerate(zip(reset_steps(done), x.unbind(0))):  # unbind: see fastnet.recurrent
             h, c, read, *delta = reset_state(state, done[t]) if resets else state
-            h, c = self.controller(torch.cat([x[t], read], dim=-1), (h, c))
+            h, c = self.controller(torch.cat([x_t, read], dim=-1), (h, c))
             k_read, k_write, v_write, beta = self.interact(h)
             weights = [m0 + dm for m0, dm in zip(init, delta)]
             step = self.write_direction(weights, k_write, v_write)

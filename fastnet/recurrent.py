@@ -7,6 +7,10 @@ sequence functions below are step loops (the PyTorch reference, differentiated b
 autograd); on CUDA the rec_delta and delta_rnn loops dispatch to fused Triton kernels.
 
 Per head: W, R [B,H,d,d]; vectors [B,H,d]; β [B,H]. Time-major sequences [T,B,H,d].
+
+The step loops here (and in ``layers`` and ``mnm``) take their inputs from ``x.unbind(0)``,
+whose backward stacks the T step gradients once; indexing ``x[t]`` inside the loop would
+build and fill a zero [T,...] gradient for every step instead, O(T²) in the backward pass.
 """
 from __future__ import annotations
 
@@ -18,7 +22,9 @@ from fastnet.state import reset_state, reset_steps
 
 
 def _matvec(W: Tensor, x: Tensor) -> Tensor:
-    return torch.einsum("bhvk,bhk->bhv", W, x)
+    """W x per head, [B,H,d,d] × [B,H,d]: a broadcast product and sum, about twice as fast on
+    the CPU (forward and backward) as the batched 16×16 matmuls that einsum makes of it."""
+    return (W * x.unsqueeze(-2)).sum(-1)
 
 
 def rec_delta_step(
@@ -55,10 +61,10 @@ def rec_delta_sequence(
         )
         return y.transpose(0, 1), W, y_last
     W, y, ys = W0, y0, []
-    for t, resets in enumerate(reset_steps(done)):
+    for t, (resets, *inputs) in enumerate(zip(reset_steps(done), *(x.unbind(0) for x in (aq, ak, av, ab)))):
         if resets:
             W, y = reset_state((W, y), done[t])
-        W, y = rec_delta_step(W, y, aq[t], ak[t], av[t], ab[t], Rq, Rk, Rv, rb)
+        W, y = rec_delta_step(W, y, *inputs, Rq, Rk, Rv, rb)
         ys.append(y)
     return torch.stack(ys), W, y
 
@@ -86,10 +92,10 @@ def delta_rnn_sequence(
         y, W, R, y_last = fused_recurrent_delta_rnn(*tr, W0, R0, y0)
         return y.transpose(0, 1), W, R, y_last
     W, R, y, ys = W0, R0, y0, []
-    for t, resets in enumerate(reset_steps(done)):
+    for t, (resets, *inputs) in enumerate(zip(reset_steps(done), *(x.unbind(0) for x in (q, k, v, beta, kr, vr, beta_r)))):
         if resets:
             W, R, y = reset_state((W, R, y), done[t])
-        W, R, y = delta_rnn_step(W, R, y, q[t], k[t], v[t], beta[t], kr[t], vr[t], beta_r[t])
+        W, R, y = delta_rnn_step(W, R, y, *inputs)
         ys.append(y)
     return torch.stack(ys), W, R, y
 

@@ -33,7 +33,7 @@ def delta_rule_step(W: Tensor, k: Tensor, v: Tensor, beta: Tensor, key_scale: Op
 
     ``key_scale`` [B,H] multiplies the retrieval v̄ (attention normalisation, Eq. 27).
     """
-    v_old = torch.einsum("bhvk,bhk->bhv", W, k)
+    v_old = (W * k.unsqueeze(-2)).sum(-1)  # W k per head (faster on the CPU than einsum's batched matmuls)
     if key_scale is not None:
         v_old = v_old * key_scale.unsqueeze(-1)
     return W + (beta.unsqueeze(-1) * (v - v_old)).unsqueeze(-1) * k.unsqueeze(-2)
