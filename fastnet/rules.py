@@ -28,12 +28,18 @@ def sum_rule_step(W: Tensor, k: Tensor, v: Tensor, beta: Optional[Tensor] = None
     return W + v.unsqueeze(-1) * k.unsqueeze(-2)
 
 
+def head_matvec(W: Tensor, x: Tensor) -> Tensor:
+    """W x per head, [B,H,d,d] × [B,H,d] -> [B,H,d]: a broadcast product and sum, about twice as
+    fast on the CPU (forward and backward) as the batched d×d matmuls that einsum makes of it."""
+    return (W * x.unsqueeze(-2)).sum(-1)
+
+
 def delta_rule_step(W: Tensor, k: Tensor, v: Tensor, beta: Tensor, key_scale: Optional[Tensor] = None) -> Tensor:
     """Delta rule (Eqs. 20-24): v̄ = W k; W_t = W_{t-1} + β (v - v̄) ⊗ k.
 
     ``key_scale`` [B,H] multiplies the retrieval v̄ (attention normalisation, Eq. 27).
     """
-    v_old = (W * k.unsqueeze(-2)).sum(-1)  # W k per head (faster on the CPU than einsum's batched matmuls)
+    v_old = head_matvec(W, k)
     if key_scale is not None:
         v_old = v_old * key_scale.unsqueeze(-1)
     return W + (beta.unsqueeze(-1) * (v - v_old)).unsqueeze(-1) * k.unsqueeze(-2)
