@@ -164,18 +164,23 @@ def test_chunk_delta_matches_reference(dk, dv, T, C, bv):
     check_grads([y, WT], [yr, WTr], ins_k, ins_r, ["q", "k", "v", "beta", "W0"], gen)
 
 
-def test_chunk_delta_bf16_inputs():
-    """bf16 q/k/v/beta (tf32 products by default): outputs and gradients in bf16, close to the fp64 reference."""
-    gen = torch.Generator().manual_seed(11)
-    B, T, H, d, C = 2, 37, 1, 16, 16
+def bf16_inputs(B, T, H, d, gen):
+    """bf16 kernel leaves (q, k, v, beta, W0), their float64 reference copies, and a done mask."""
     q = torch.randn(B, T, H, d, generator=gen).softmax(-1).bfloat16()
     k = torch.randn(B, T, H, d, generator=gen).softmax(-1).bfloat16()
     v = torch.randn(B, T, H, d, generator=gen).bfloat16()
     beta = torch.rand(B, T, H, generator=gen).bfloat16()
     W0 = (torch.randn(B, H, d, d, generator=gen) * 0.5).bfloat16()
     done = make_done(B, T, gen)
-    ins_k = leafs(q, k, v, beta, W0)
     ins_r = [x.detach().double().clone().requires_grad_(True) for x in (q, k, v, beta, W0)]
+    return leafs(q, k, v, beta, W0), ins_r, done
+
+
+def test_chunk_delta_bf16_inputs():
+    """bf16 q/k/v/beta (tf32 products by default): outputs and gradients in bf16, close to the fp64 reference."""
+    gen = torch.Generator().manual_seed(11)
+    B, T, H, d, C = 2, 37, 1, 16, 16
+    ins_k, ins_r, done = bf16_inputs(B, T, H, d, gen)
     y, WT = kernels.chunk_delta_rule(*ins_k, done.to(DEV), chunk_size=C)
     assert y.dtype == torch.bfloat16 and WT.dtype == torch.bfloat16
     yr, WTr = fast_weight_sequence("delta", *[_tm(x) for x in ins_r[:4]], done.t(), ins_r[4])
@@ -202,14 +207,7 @@ def test_delta_rule_dispatch():
 def test_bf16_inputs_fp32_state():
     gen = torch.Generator().manual_seed(7)
     B, T, H, d = 2, 6, 1, 16
-    q = torch.randn(B, T, H, d, generator=gen).softmax(-1).bfloat16()
-    k = torch.randn(B, T, H, d, generator=gen).softmax(-1).bfloat16()
-    v = torch.randn(B, T, H, d, generator=gen).bfloat16()
-    beta = torch.rand(B, T, H, generator=gen).bfloat16()
-    W0 = (torch.randn(B, H, d, d, generator=gen) * 0.5).bfloat16()
-    done = make_done(B, T, gen)
-    ins_k = leafs(q, k, v, beta, W0)
-    ins_r = [x.detach().double().clone().requires_grad_(True) for x in (q, k, v, beta, W0)]
+    ins_k, ins_r, done = bf16_inputs(B, T, H, d, gen)
     y, WT = kernels.fused_recurrent_fast_weight(*ins_k, done.to(DEV), "delta")
     assert y.dtype == torch.bfloat16 and WT.dtype == torch.bfloat16
     r = ins_r
