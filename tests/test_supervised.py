@@ -1,5 +1,6 @@
 """The supervised trainer: every task trains a few steps with every core; the delta rule
 learns a tiny setting-2 retrieval instance (issue 8)."""
+import csv
 import dataclasses
 import importlib.util
 import json
@@ -196,3 +197,15 @@ def test_time_budget_scores_the_last_model(tmp_path):
     assert result["stop_reason"] == "max_time_s"
     assert result["steps"] >= 1 and [h["step"] for h in result["history"]] == [result["steps"]]
     assert result["best_step"] == result["steps"]
+
+
+@pytest.mark.parametrize("clip_norm", [0.0, 1e-6])
+def test_gradient_norm_is_logged_with_and_without_clipping(clip_norm, tmp_path):
+    """grad_norm is the norm before clipping, so it is logged even when clipping is off."""
+    cfg = tiny_config("retrieval2", "delta", tmp_path)
+    cfg = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, clip_norm=clip_norm))
+    train(cfg, task=make_task("retrieval2", num_keys=4), quiet=True)
+    with open(tmp_path / "logs.csv") as f:
+        rows = list(csv.DictReader(f))
+    norms = [float(r["grad_norm"]) for r in rows if r.get("grad_norm")]
+    assert len(norms) == 2 and all(n > 1e-4 for n in norms)
