@@ -70,7 +70,7 @@ class OptimConfig:
     eps: float = 0.01
     alpha: float = 0.99  # RMSProp smoothing
     momentum: float = 0.0  # RMSProp momentum
-    grad_clip: float = 40.0  # max global gradient norm
+    grad_clip: float = 40.0  # max global gradient norm (0 = no clipping)
     lr_decay: bool = True  # decay the learning rate linearly to 0 at total_steps
 
 
@@ -196,7 +196,7 @@ def learn(model: AgentNet, optimizer: torch.optim.Optimizer, scheduler: Any, bat
     loss, terms = compute_loss(model, batch, cfg)
     optimizer.zero_grad()
     loss.backward()
-    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip or math.inf)
     optimizer.step()
     lr = scheduler.get_last_lr()[0]
     scheduler.step()

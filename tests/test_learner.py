@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.learner import TrainConfig, build_model, compute_loss, resolve_device
+from agents.learner import TrainConfig, build_model, compute_loss, learn, resolve_device
 from agents.vtrace import total_loss
 
 T, N, A, OBS = 5, 3, 4, (10,)
@@ -106,6 +106,26 @@ def test_aux_losses_are_weighted():
     aux = {"meta": torch.tensor(5.0), "other": torch.tensor(7.0)}
     got = total_loss(losses, 0.5, 0.1, aux, {"meta": 0.2})
     assert got.item() == pytest.approx(1.0 + 0.5 * 2.0 - 0.1 * 3.0 + 0.2 * 5.0 + 7.0)
+
+
+@pytest.mark.parametrize("grad_clip", [0.0, 1e-3])
+def test_learn_clips_the_global_gradient_norm_and_zero_means_off(grad_clip):
+    """One SGD step of lr 1 moves the parameters by the (clipped) gradient: by at most
+    grad_clip when clipping, by the whole gradient when grad_clip is 0."""
+    cfg, model = make("lstm")
+    cfg = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, grad_clip=grad_clip))
+    batch = fixed_batch(model)
+    loss, _ = compute_loss(model, batch, cfg)
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    full_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    stats = learn(model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0), batch, cfg,
+                  torch.device("cpu"))
+    step = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, model.parameters())])
+    assert stats["grad_norm"] == pytest.approx(full_norm.item(), rel=1e-4)
+    expected = full_norm.item() if grad_clip == 0 else grad_clip
+    assert torch.linalg.vector_norm(step).item() == pytest.approx(expected, rel=1e-3)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
