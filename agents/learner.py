@@ -26,6 +26,7 @@ from agents.config import save_yaml, to_dict
 from agents.logger import Logger, RecentMean
 from agents.network import AgentNet
 from agents.vtrace import impala_losses, total_loss
+from fastnet.feature_maps import redraw_random_features
 
 
 @dataclass
@@ -193,6 +194,7 @@ def learn(model: AgentNet, optimizer: torch.optim.Optimizer, scheduler: Any, bat
           cfg: TrainConfig, device: torch.device) -> dict[str, float]:
     """One update on ``batch``: loss, backward, gradient-norm clipping, optimiser and lr steps."""
     batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+    redraw_random_features(model)
     loss, terms = compute_loss(model, batch, cfg)
     optimizer.zero_grad()
     loss.backward()

@@ -37,7 +37,7 @@ from agents.config import to_dict
 from agents.logger import Logger
 from envs.tasks import Batch, Task, make_task
 from fastnet import make_core
-from fastnet.feature_maps import FeatureMap, sum_normalise
+from fastnet.feature_maps import FeatureMap, redraw_random_features
 from fastnet.registry import core_class
 
 
@@ -146,23 +146,17 @@ class RetrievalMemory(nn.Module):
         if update_rule not in ("sum", "delta"):
             raise ValueError(f"retrieval_memory supports update_rule sum or delta, got {update_rule!r}")
         self.S = task.spec.output_size
-        self.memory, self.rule, self.normalisation = memory, update_rule, normalisation
+        self.memory, self.rule = memory, update_rule
         self.embed = nn.Embedding(self.S, embedding_size)
         self.W_K = nn.Linear(embedding_size + self.S, key_size, bias=False)
         self.W_Q = nn.Linear(embedding_size, key_size, bias=False)
         self.W_beta = nn.Linear(embedding_size + self.S, 1)
-        self.phi = FeatureMap(feature_map, key_size, dpfp_nu, favor_features)
+        self.phi = FeatureMap(feature_map, key_size, dpfp_nu, favor_features, normalisation)
 
     def initial_state(self, batch_size: int, device) -> tuple:
         return ()
 
-    def _features(self, x: Tensor) -> Tensor:
-        x = self.phi(x)
-        return sum_normalise(x) if self.normalisation == "sum" else x
-
     def forward(self, x: Tensor, state: tuple, done: Tensor) -> tuple[Tensor, tuple, dict]:
-        if self.training:
-            self.phi.redraw()
         keys, values, query = x[:-1, :, 0], x[:-1, :, 1], x[-1, :, 0]
         v = F.one_hot(values, self.S + 1)[..., :self.S].float()           # [L,B,S]
         kv = torch.cat([self.embed(keys), v], dim=-1)
@@ -172,7 +166,7 @@ class RetrievalMemory(nn.Module):
             attn = torch.softmax(torch.einsum("lbd,bd->bl", k, q), dim=-1)
             read = torch.einsum("bl,lbs->bs", attn, v)
         else:
-            k, q = self._features(k), self._features(q)
+            k, q = self.phi(k), self.phi(q)
             if self.rule == "sum":  # W = Σ_t v_t ⊗ φ(k_t), so W φ(q) = Σ_t v_t (φ(k_t)·φ(q))
                 read = torch.einsum("lbs,lb->bs", v, torch.einsum("lbd,bd->lb", k, q))
             else:
@@ -333,6 +327,7 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
         else:
             state = tuple(s.detach() for s in state)
         done = torch.zeros(batch.x.shape[:2], dtype=torch.bool, device=device)
+        redraw_random_features(model)
         out, state, aux = model(batch.x, state, done)
         loss = batch_loss(task.spec.loss, out, batch)
         total = loss + sum(o.aux_loss_weights.get(k, 1.0) * v for k, v in aux.items())

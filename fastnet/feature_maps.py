@@ -46,32 +46,49 @@ def sum_normalise(x: Tensor, eps: float = 1e-5) -> Tensor:
     return x / (x.sum(-1, keepdim=True) + eps)
 
 
-class FeatureMap(nn.Module):
-    """φ applied to per-head keys and queries [..., d] -> [..., d_dot].
+NormalisationName = Literal["sum", "attention", "none"]
+POSITIVE_FEATURE_MAPS = ("elu", "dpfp", "favor", "softmax")  # the maps a normalisation can divide by
 
-    FAVOR+ draws a fresh R ~ N(0, I) on every forward call in training mode (one draw
-    per training batch, §5.3) and keeps the last drawn R fixed in evaluation mode.
+
+class FeatureMap(nn.Module):
+    """φ applied to per-head keys and queries [..., d] -> [..., d_dot], then sum normalisation
+    (Eq. 29) when ``normalisation`` is "sum". Attention normalisation (Eqs. 26-28) is applied
+    by the layer; both divide by sums of φ, so they need a positive φ.
+
+    FAVOR+ keeps its random R fixed until ``redraw_random_features`` draws a new one; the
+    trainers call it once per training batch (§5.3), never inside a forward pass.
     """
 
-    def __init__(self, name: FeatureMapName, head_dim: int, dpfp_nu: int = 1, favor_features: int = 32):
+    def __init__(self, name: FeatureMapName, head_dim: int, dpfp_nu: int = 1, favor_features: int = 32,
+                 normalisation: NormalisationName = "none"):
         super().__init__()
         if name not in FEATURE_MAPS:
             raise ValueError(f"unknown feature map {name!r}; choose one of {list(FEATURE_MAPS)}")
+        if normalisation not in ("sum", "attention", "none"):
+            raise ValueError(f"unknown normalisation {normalisation!r}; choose sum, attention or none")
+        if normalisation != "none" and name not in POSITIVE_FEATURE_MAPS:
+            raise ValueError(f"{normalisation} normalisation divides by a sum of φ, which {name!r} can make 0 "
+                             f"or negative; use normalisation=none or one of {list(POSITIVE_FEATURE_MAPS)}")
         if name == "dpfp" and not 1 <= dpfp_nu <= 2 * head_dim - 1:
             raise ValueError(f"dpfp_nu must be in [1, {2 * head_dim - 1}] for head_dim {head_dim}, got {dpfp_nu}")
         if name == "favor" and favor_features < 1:
             raise ValueError(f"favor_features must be positive, got {favor_features}")
-        self.name, self.head_dim, self.nu = name, head_dim, dpfp_nu
+        self.name, self.head_dim, self.nu, self.normalisation = name, head_dim, dpfp_nu, normalisation
         self.output_dim = {"dpfp": 2 * head_dim * dpfp_nu, "favor": 2 * favor_features}.get(name, head_dim)
         if name == "favor":
             self.register_buffer("projection", torch.randn(favor_features, head_dim))
 
     def redraw(self) -> None:
-        """Draw new FAVOR+ random features in place (a no-op for the other maps)."""
+        """Draw new FAVOR+ random features (a no-op for the other maps). Out of place: a graph
+        that saved the old R for its backward pass keeps it."""
         if self.name == "favor":
-            self.projection.normal_()
+            self.projection = torch.randn_like(self.projection)
 
     def forward(self, x: Tensor) -> Tensor:
+        phi = self._phi(x)
+        return sum_normalise(phi) if self.normalisation == "sum" else phi
+
+    def _phi(self, x: Tensor) -> Tensor:
         if self.name == "elu":
             return elu_plus_one(x)
         if self.name == "dpfp":
@@ -83,3 +100,10 @@ class FeatureMap(nn.Module):
         if self.name == "tanh":
             return torch.tanh(x)
         return x
+
+
+def redraw_random_features(model: nn.Module) -> None:
+    """Redraw every FAVOR+ R in ``model``: once per training batch (§5.3), before its forward."""
+    for module in model.modules():
+        if isinstance(module, FeatureMap):
+            module.redraw()

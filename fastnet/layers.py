@@ -10,7 +10,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from fastnet.feature_maps import FeatureMap, sum_normalise
+from fastnet.feature_maps import FeatureMap
 from fastnet.recurrent import delta_lstm_step, delta_rnn_sequence, rec_delta_sequence
 from fastnet.rules import fast_weight_sequence
 from fastnet.state import State, reset_state, reset_steps
@@ -32,7 +32,7 @@ class FastWeightLayer(nn.Module):
                  feature_map: str, normalisation: str, dpfp_nu: int, favor_features: int):
         super().__init__()
         self.H, self.d, self.rule, self.normalisation = num_heads, head_dim, update_rule, normalisation
-        self.phi = FeatureMap(feature_map, head_dim, dpfp_nu, favor_features)
+        self.phi = FeatureMap(feature_map, head_dim, dpfp_nu, favor_features, normalisation)
         self.has_beta = update_rule != "sum"
         self.proj = nn.Linear(hidden_size, num_heads * (3 * head_dim + self.has_beta), bias=False)
         self.out = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
@@ -43,17 +43,10 @@ class FastWeightLayer(nn.Module):
             shapes.append((self.H, self.phi.output_dim))
         return shapes
 
-    def _features(self, x: Tensor) -> Tensor:
-        x = self.phi(x)
-        return sum_normalise(x) if self.normalisation == "sum" else x
-
     def forward(self, x: Tensor, state: State, done: Tensor) -> tuple[Tensor, State]:
-        if self.training:
-            self.phi.redraw()
         T, B, _ = x.shape
         p = _heads(self.proj(x), self.H)
-        q, k, v = (self._features(p[..., :self.d]), self._features(p[..., self.d:2 * self.d]),
-                   p[..., 2 * self.d:3 * self.d])
+        q, k, v = self.phi(p[..., :self.d]), self.phi(p[..., self.d:2 * self.d]), p[..., 2 * self.d:3 * self.d]
         beta = torch.sigmoid(p[..., -1]) if self.has_beta else None
         if self.normalisation == "attention":
             y, W, z = self._attention_normalised(q, k, v, beta, done, state)

@@ -19,7 +19,8 @@ CONFIGS = {
     "delta_lstm": SMALL,
     "delta_dpfp_attention": dict(SMALL, feature_map="dpfp", dpfp_nu=2, normalisation="attention"),
     "delta_gated_favor": dict(SMALL, feature_map="favor", update_rule="gated", favor_features=6),
-    "linear_attention_tanh": dict(SMALL, feature_map="tanh", normalisation="attention"),
+    "linear_attention": dict(SMALL, normalisation="attention"),
+    "delta_tanh": dict(SMALL, feature_map="tanh", normalisation="none"),
 }
 
 

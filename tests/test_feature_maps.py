@@ -4,7 +4,8 @@ import math
 import pytest
 import torch
 
-from fastnet.feature_maps import FeatureMap, dpfp, elu_plus_one, favor_plus, sum_normalise
+from fastnet import make_core
+from fastnet.feature_maps import FeatureMap, dpfp, elu_plus_one, favor_plus, redraw_random_features, sum_normalise
 
 
 @pytest.mark.parametrize("d,nu", [(2, 1), (4, 1), (8, 3), (32, 2)])
@@ -44,15 +45,50 @@ def test_favor_approximates_softmax_kernel():
     assert float(est) == pytest.approx(math.exp(float(x @ y)), rel=0.02)
 
 
-def test_favor_redraws_in_training_and_is_fixed_in_eval():
-    phi = FeatureMap("favor", 8, favor_features=16)
-    x = torch.randn(3, 8)
-    phi.eval()
-    torch.testing.assert_close(phi(x), phi(x))
+def test_favor_features_change_only_when_redrawn():
+    """R stays fixed across forward calls in either mode (an unroll run step by step reads
+    with the R it wrote with); redraw_random_features draws a new one."""
+    torch.manual_seed(0)
+    core = make_core("delta", 6, hidden_size=8, num_layers=1, num_heads=2, head_dim=4, ff_size=8,
+                     feature_map="favor", favor_features=5).train()
+    phi = core.layers[0].phi
+    x, done = torch.randn(3, 2, 6), torch.zeros(3, 2, dtype=torch.bool)
     before = phi.projection.clone()
-    phi.redraw()
-    assert not torch.equal(before, phi.projection)
-    assert phi(x).shape == (3, 32)
+    y1, _, _ = core(x, core.initial_state(2, "cpu"), done)
+    y2, _, _ = core(x, core.initial_state(2, "cpu"), done)
+    torch.testing.assert_close(y1, y2)
+    assert torch.equal(phi.projection, before)
+    redraw_random_features(core)
+    assert not torch.equal(phi.projection, before) and phi(torch.randn(3, 4)).shape == (3, 10)
+
+
+def test_favor_step_mode_backward_after_a_redraw():
+    """Training one step at a time (truncate_per_step) backpropagates through graphs that saved
+    R; a redraw between two training batches must not modify that saved R in place."""
+    torch.manual_seed(0)
+    core = make_core("delta", 6, hidden_size=8, num_layers=1, num_heads=2, head_dim=4, ff_size=8,
+                     feature_map="favor", favor_features=5).train()
+    x, done = torch.randn(2, 2, 6), torch.zeros(1, 2, dtype=torch.bool)
+    y1, state, _ = core(x[:1], core.initial_state(2, "cpu"), done)
+    y2, _, _ = core(x[1:], state, done)
+    redraw_random_features(core)
+    (y1.sum() + y2.sum()).backward()
+    assert all(p.grad is not None for p in core.parameters())
+
+
+@pytest.mark.parametrize("name", ["tanh", "identity"])
+@pytest.mark.parametrize("normalisation", ["sum", "attention"])
+def test_normalising_a_signed_feature_map_is_an_error(name, normalisation):
+    with pytest.raises(ValueError, match="normalisation divides by a sum"):
+        FeatureMap(name, 8, normalisation=normalisation)
+    with pytest.raises(ValueError, match="normalisation divides by a sum"):
+        make_core("delta", 6, feature_map=name, normalisation=normalisation)
+    assert FeatureMap(name, 8, normalisation="none")(torch.ones(8)).shape == (8,)
+
+
+def test_sum_normalisation_is_applied_by_the_feature_map():
+    x = torch.randn(5, 8)
+    torch.testing.assert_close(FeatureMap("elu", 8, normalisation="sum")(x), sum_normalise(elu_plus_one(x)))
 
 
 def test_sum_normalise_sums_to_one():

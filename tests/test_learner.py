@@ -128,6 +128,17 @@ def test_learn_clips_the_global_gradient_norm_and_zero_means_off(grad_clip):
     assert torch.linalg.vector_norm(step).item() == pytest.approx(expected, rel=1e-3)
 
 
+def test_learn_redraws_favor_features_once_per_batch():
+    cfg, _ = make("delta")
+    cfg = dataclasses.replace(cfg, core_options={**cfg.core_options, "feature_map": "favor", "favor_features": 4})
+    model = build_model(cfg, OBS, A)
+    R = model.core.layers[0].phi.projection.clone()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    learn(model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0), fixed_batch(model), cfg,
+          torch.device("cpu"))
+    assert not torch.equal(model.core.layers[0].phi.projection, R)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
 def test_cuda_missing_is_a_clear_error():
     with pytest.raises(RuntimeError, match="CUDA is not available.*--device cpu"):
