@@ -58,10 +58,12 @@ def actor_loop(index: int, env_name: str, env_options: dict[str, Any], num_envs:
                error_queue: Any, stop: Any) -> None:
     """Process body: fill free buffers with unrolls until ``stop`` is set or the learner dies.
 
-    SIGINT is ignored: Ctrl-C reaches the learner, which stops the actors itself. If the learner
-    is killed outright, the actor notices its parent is gone within one unroll and exits.
+    SIGINT and SIGTERM are ignored: Ctrl-C, or a scheduler's SIGTERM to the whole process group,
+    reaches the learner too, which checkpoints and stops the actors itself. If the learner is
+    killed outright, the actor notices its parent is gone within one unroll and exits.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, signal.SIG_IGN)
     full_queue.cancel_join_thread()  # never block at exit on a learner that is gone
     parent = os.getppid()
     try:
@@ -154,11 +156,11 @@ class ActorPool:
         """
         indices = []
         while len(indices) < self.unrolls_per_batch:
-            self.check()
-            if should_stop():
+            if should_stop():  # first: a stop signal sent to the whole group may also end the actors
                 for i in indices:
                     self.free_queue.put(i)
                 return None
+            self.check()
             try:
                 indices.append(self.full_queue.get(timeout=0.5))
             except queue.Empty:
@@ -190,7 +192,7 @@ class ActorPool:
                 p.join(timeout=max(0.0, deadline - time.time()))
         for p in self.processes:
             if p.is_alive():
-                p.terminate()
+                p.kill()  # SIGKILL: actors ignore SIGINT and SIGTERM
                 p.join()
         for q in (self.free_queue, self.full_queue, self.error_queue):
             q.cancel_join_thread()

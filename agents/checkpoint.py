@@ -7,11 +7,12 @@ or the new one, never a torn file. Milestones are extra copies named ``checkpoin
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import re
 import tempfile
-from typing import Any
+from typing import Any, BinaryIO, Callable, Iterator
 
 import torch
 from torch import nn
@@ -20,14 +21,15 @@ LATEST = "checkpoint.pt"
 _MILESTONE = re.compile(r"checkpoint-(\d+)\.pt$")
 
 
-def atomic_save(obj: Any, path: str) -> None:
-    """``torch.save(obj, path)`` such that ``path`` is never left partly written."""
+def atomic_write(path: str, write: Callable[[BinaryIO], Any]) -> None:
+    """Call ``write(f)`` on a temporary file beside ``path``, fsync it, rename it over ``path``
+    and fsync the directory: ``path`` is never left partly written."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".pt")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.splitext(path)[1])
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -40,6 +42,16 @@ def atomic_save(obj: Any, path: str) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def atomic_save(obj: Any, path: str) -> None:
+    """``torch.save(obj, path)`` such that ``path`` is never left partly written."""
+    atomic_write(path, lambda f: torch.save(obj, f))
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` such that ``path`` is never left partly written."""
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def save_checkpoint(directory: str, *, model: nn.Module, optimizer: torch.optim.Optimizer | None,
@@ -77,10 +89,42 @@ def latest_checkpoint(directory: str) -> str | None:
     return max(milestones)[1] if milestones else None
 
 
+def _settings(current: Any, saved: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any, Any]]:
+    """(dotted key, value in ``saved``, value in the config dataclass ``current``) for every
+    setting both have; config sections recurse, free-form dicts (core_options) are one value."""
+    for f in dataclasses.fields(current):
+        if f.name not in saved:  # a setting added after the checkpoint was written
+            continue
+        value = getattr(current, f.name)
+        if dataclasses.is_dataclass(value) and isinstance(saved[f.name], dict):
+            yield from _settings(value, saved[f.name], f"{prefix}{f.name}.")
+        else:
+            yield f"{prefix}{f.name}", saved[f.name], value
+
+
+def check_same_run(saved: dict[str, Any], current: Any, may_change: tuple[str, ...], path: str) -> None:
+    """Raise ValueError if the checkpoint at ``path`` was written under a config (``saved``, a
+    dict) that differs from the config dataclass ``current`` in a setting outside ``may_change``
+    (dotted keys or whole sections, e.g. the budget or the logging). Resuming would otherwise
+    mix two runs: the model, optimiser state and counters of one with the settings of the other."""
+    sections = tuple(f"{k}." for k in may_change)
+    differ = [(k, old, new) for k, old, new in _settings(current, saved)
+              if old != new and k not in may_change and not k.startswith(sections)]
+    if differ:
+        lines = "\n".join(f"  {k}: {old!r} in the checkpoint, {new!r} now" for k, old, new in differ)
+        raise ValueError(f"{path} belongs to a run with other settings:\n{lines}\nResume with the checkpoint's "
+                         f"settings, or start a new run in another run_dir.")
+
+
 def load_checkpoint(path: str, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
-                    scheduler: Any | None = None, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load ``path``, restore the given objects' states in place, and return the payload."""
+                    scheduler: Any | None = None, map_location: str | torch.device = "cpu",
+                    config: Any = None, may_change: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Load ``path``, restore the given objects' states in place, and return the payload. With
+    ``config`` (a config dataclass), first check that the checkpoint's run had the same settings
+    (``check_same_run``)."""
     payload = torch.load(path, map_location=map_location, weights_only=False)
+    if config is not None and payload.get("config") is not None:
+        check_same_run(payload["config"], config, may_change, path)
     if model is not None:
         model.load_state_dict(payload["model"])
     if optimizer is not None and payload["optimizer"] is not None:

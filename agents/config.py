@@ -38,6 +38,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from agents.checkpoint import atomic_write_text
+
 C = TypeVar("C")
 
 
@@ -143,9 +145,23 @@ def to_dict(config: Any) -> dict[str, Any]:
 
 
 def save_yaml(config: Any, path: str) -> None:
-    """Write the resolved config to ``path`` as YAML."""
-    with open(path, "w") as f:
-        yaml.safe_dump(to_dict(config), f, sort_keys=False)
+    """Write the resolved config to ``path`` as YAML (atomically)."""
+    atomic_write_text(path, yaml.safe_dump(to_dict(config), sort_keys=False))
+
+
+def check_ranges(config: Any, positive: tuple[str, ...] = (), non_negative: tuple[str, ...] = ()) -> None:
+    """ConfigError naming every dotted setting of ``config`` outside its range (None passes):
+    settings that would otherwise hang a run (0 actors) or quietly spoil it (a negative clip)."""
+    bad = []
+    for keys, lowest, strict in ((positive, 0, True), (non_negative, 0, False)):
+        for key in keys:
+            value = config
+            for name in key.split("."):
+                value = getattr(value, name)
+            if value is not None and (value <= lowest if strict else value < lowest):
+                bad.append(f"{key} must be {'>' if strict else '>='} {lowest}, got {value!r}")
+    if bad:
+        raise ConfigError("; ".join(bad))
 
 
 def check_type(value: Any, tp: Any, where: str) -> Any:

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from agents.actor import ActorPool
+from agents.actor import ActorError, ActorPool
 from agents.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from agents.config import save_yaml, to_dict
+from agents.config import check_ranges, save_yaml, to_dict
 from agents.logger import Logger, RecentMean
 from agents.network import AgentNet
 from agents.vtrace import impala_losses, total_loss
@@ -205,6 +205,12 @@ def learn(model: AgentNet, optimizer: torch.optim.Optimizer, scheduler: Any, bat
     return {"loss": loss.item(), **{k: v.item() for k, v in terms.items()}, "grad_norm": grad_norm.item(), "lr": lr}
 
 
+# Settings a resumed run may change (a longer budget, more actors, other logging); any other
+# difference from the checkpoint's config is an error (agents.checkpoint.check_same_run).
+RESUMABLE_CHANGES = ("total_steps", "device", "run_dir", "core_defaults", "actor.num_actors", "actor.start_method",
+                     "learner.num_threads", "log", "checkpoint")
+
+
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Train until ``total_steps`` environment steps, resuming from ``run_dir`` if it holds a checkpoint.
 
@@ -213,6 +219,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     """
     import envs
 
+    check_ranges(cfg, positive=("total_steps", "actor.num_actors", "actor.envs_per_actor", "actor.unroll_length",
+                                "learner.batch_size", "learner.rho_bar", "learner.c_bar", "learner.num_threads",
+                                "network.reward_clip", "log.return_window"),
+                 non_negative=("optim.lr", "optim.grad_clip", "checkpoint.interval_minutes"))
     if cfg.learner.batch_size % cfg.actor.envs_per_actor:
         raise ValueError(f"learner.batch_size ({cfg.learner.batch_size}) must be a multiple of "
                          f"actor.envs_per_actor ({cfg.actor.envs_per_actor})")
@@ -235,7 +245,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     returns = RecentMean(cfg.log.return_window)
     ckpt = latest_checkpoint(run_dir)
     if ckpt is not None:
-        payload = load_checkpoint(ckpt, model, optimizer, scheduler, map_location=device)
+        payload = load_checkpoint(ckpt, model, optimizer, scheduler, map_location=device, config=cfg,
+                                  may_change=RESUMABLE_CHANGES)
         counters.update(payload["counters"])
         returns.extend(payload.get("recent_returns", []))  # absent in checkpoints of older versions
         print(f"resuming from {ckpt} at step {counters['step']:,}", flush=True)
@@ -295,6 +306,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         if stop.requested():
             print(f"stopping at step {counters['step']:,}", flush=True)
         checkpoint()
+    except ActorError:
+        checkpoint()  # between updates, so consistent: keep the progress, then report the actor
+        raise
     finally:
         logger.close()
     elapsed, steps = (history[-1][0] - first[0], history[-1][1] - first[1]) if first else (0.0, 0)

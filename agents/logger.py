@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import collections
 import csv
+import io
 import math
 import os
 import sys
 import time
 from typing import Any, TextIO
+
+from agents.checkpoint import atomic_write_text
 
 CSV_NAME = "logs.csv"
 
@@ -53,7 +56,8 @@ class Logger:
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
-            self.writer = SummaryWriter(os.path.join(run_dir, "tb"), purge_step=resume_step or None)
+            # purge the events past resume_step, as the CSV rows (purge_step drops steps >= it)
+            self.writer = SummaryWriter(os.path.join(run_dir, "tb"), purge_step=resume_step + 1 if resume_step else None)
         self.print_every_s, self.stream = print_every_s, stream
         self.start = self.last_print = time.time()
 
@@ -86,10 +90,12 @@ class Logger:
             self.writer.close()
 
     def _rewrite(self) -> None:
-        with open(self.path, "w", newline="") as f:
-            writer = csv.DictWriter(f, self.fields)
-            writer.writeheader()
-            writer.writerows(self.rows)
+        """Write the whole file anew (atomically: a kill mid-write keeps the old history)."""
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, self.fields)
+        writer.writeheader()
+        writer.writerows(self.rows)
+        atomic_write_text(self.path, text.getvalue())
 
 
 def read_csv(path: str) -> list[dict[str, Any]]:

@@ -32,8 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from agents.checkpoint import atomic_save, latest_checkpoint, load_checkpoint, save_checkpoint
-from agents.config import to_dict
+from agents.checkpoint import atomic_save, atomic_write_text, latest_checkpoint, load_checkpoint, save_checkpoint
+from agents.config import check_ranges, save_yaml, to_dict
+from agents.learner import resolve_device
 from agents.logger import Logger
 from envs.tasks import Batch, Task, make_task
 from fastnet import make_core
@@ -89,7 +90,7 @@ class Config:
     seed: int = 0
     device: str = "cpu"
     threads: int = 0                   # torch.set_num_threads (0 = leave as is)
-    run_dir: str = "runs/supervised"
+    run_dir: str = "runs/supervised/{task}-{core}"  # {task} and {core} are filled in
     task_options: dict[str, Any] = field(default_factory=dict)
     core_options: dict[str, Any] = field(default_factory=dict)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -99,6 +100,9 @@ class Config:
     # may hold ``core_defaults: {core: {...}}`` applied on top for that core
     task_defaults: dict[str, Any] = field(default_factory=dict)
     core_defaults: dict[str, Any] = field(default_factory=dict)
+
+    def resolved_run_dir(self) -> str:
+        return self.run_dir.format(task=self.task, core=self.core)
 
 
 # --- models ------------------------------------------------------------------------------
@@ -281,40 +285,63 @@ def set_seed(seed: int) -> None:
     np.random.seed(seed)
 
 
+# Settings a resumed run may change (budgets, evaluation and logging cadence); any other
+# difference from the checkpoint's config is an error (agents.checkpoint.check_same_run).
+RESUMABLE_CHANGES = ("device", "threads", "run_dir", "task_defaults", "core_defaults", "train.max_steps",
+                     "train.max_epochs", "train.max_time_s", "train.eval_every", "train.eval_batch_size",
+                     "train.patience", "train.min_delta", "train.target_loss", "train.checkpoint_every",
+                     "train.resume", "train.log_every")
+
+
 def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict[str, Any]:
     """Train ``cfg.core`` on ``cfg.task``; returns the best valid and final test metrics."""
+    check_ranges(cfg, positive=("optim.batch_size", "train.eval_every", "train.eval_batch_size", "train.log_every"),
+                 non_negative=("threads", "optim.lr", "optim.warmup_steps", "optim.clip_norm", "train.max_steps",
+                               "train.max_epochs", "train.max_time_s", "train.patience", "train.checkpoint_every"))
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     set_seed(cfg.seed)
-    device = torch.device(cfg.device)
+    device = resolve_device(cfg.device)
+    run_dir = cfg.resolved_run_dir()
     task = task if task is not None else make_task(cfg.task, seed=cfg.seed, **cfg.task_options)
     model = build_model(cfg, task).to(device)
     o, t = cfg.optim, cfg.train
     optimizer = torch.optim.Adam(model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2))
-    warm = max(o.warmup_steps, 0)
+    warm = o.warmup_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
 
     max_steps = t.max_steps
-    if t.max_epochs and task.epoch_size():
-        epoch_steps = task.epoch_size() // o.batch_size
+    if t.max_epochs:
+        if not task.epoch_size():
+            raise ValueError(f"train.max_epochs needs a finite training set; {cfg.task} has none: use train.max_steps")
+        epoch_steps = max(1, task.epoch_size() // o.batch_size)
         max_steps = min(max_steps or 10**12, int(math.ceil(t.max_epochs * epoch_steps)))
     if not max_steps and not t.max_time_s:
         raise ValueError("set train.max_steps, train.max_epochs or train.max_time_s")
 
     higher = t.select_metric in ("token_acc", "seq_acc")
     sign = -1.0 if higher else 1.0  # best_score is kept as "lower is better"
-    step, best_score, best_step, history = 0, math.inf, 0, []
-    ckpt = latest_checkpoint(cfg.run_dir) if t.resume else None
+    # best_model is the best validated model's weights; checkpoints carry it, so that a resumed
+    # run never scores a best_model.pt written after its checkpoint (a discarded future)
+    step, best_score, best_step, best_model, history = 0, math.inf, 0, None, []
+    ckpt = latest_checkpoint(run_dir) if t.resume else None
     if ckpt:
-        payload = load_checkpoint(ckpt, model, optimizer, scheduler, map_location=device)
+        payload = load_checkpoint(ckpt, model, optimizer, scheduler, map_location=device, config=cfg,
+                                  may_change=RESUMABLE_CHANGES)
         step, best_score, best_step = (payload["counters"]["step"], payload["best_score"], payload["counters"]["best_step"])
-    os.makedirs(cfg.run_dir, exist_ok=True)
-    logger = Logger(cfg.run_dir, resume_step=step, print_every_s=1e9 if quiet else 5.0)
-    best_path = os.path.join(cfg.run_dir, "best_model.pt")
+        best_model = payload.get("best_model")
+    os.makedirs(run_dir, exist_ok=True)
+    save_yaml(cfg, os.path.join(run_dir, "config.yaml"))
+    logger = Logger(run_dir, resume_step=step, print_every_s=1e9 if quiet else 5.0)
+    best_path = os.path.join(run_dir, "best_model.pt")
+    if best_model is not None:
+        atomic_save(best_model, best_path)
+    elif os.path.exists(best_path):  # not this run's (resume off) or not of its checkpoint's past
+        os.remove(best_path)
     n_params = sum(p.numel() for p in model.parameters())
     if not quiet:
         print(f"task {cfg.task} | core {cfg.core} ({model_kind(cfg, task)}) | {n_params:,} parameters | "
-              f"max_steps {max_steps} | run_dir {cfg.run_dir}", flush=True)
+              f"max_steps {max_steps} | run_dir {run_dir}", flush=True)
 
     batches = task.train_batches(o.batch_size, seed=cfg.seed + step)
     state, start, train_loss_acc, n_acc, stop_reason = None, time.time(), 0.0, 0, "max_steps"
@@ -356,7 +383,8 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
             score = sign * metrics[t.select_metric]
             if score < best_score - t.min_delta:
                 best_score, best_step = score, step
-                atomic_save(model.state_dict(), best_path)
+                best_model = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+                atomic_save(best_model, best_path)
             logger.progress(step, {f"valid_{k}": v for k, v in metrics.items()} | {"best": sign * best_score}, force=not quiet)
             if t.target_loss and metrics["loss"] < t.target_loss:
                 stop_reason = "target_loss"
@@ -368,13 +396,14 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
             stop_reason = "max_time_s"
             break
         if t.checkpoint_every and step % t.checkpoint_every == 0:
-            save_checkpoint(cfg.run_dir, model=model, optimizer=optimizer, scheduler=scheduler,
+            save_checkpoint(run_dir, model=model, optimizer=optimizer, scheduler=scheduler,
                             counters={"step": step, "best_step": best_step}, config=to_dict(cfg),
-                            best_score=best_score)
-    save_checkpoint(cfg.run_dir, model=model, optimizer=optimizer, scheduler=scheduler,
-                    counters={"step": step, "best_step": best_step}, config=to_dict(cfg), best_score=best_score)
-    if os.path.exists(best_path):
-        model.load_state_dict(torch.load(best_path, map_location=device))
+                            best_score=best_score, best_model=best_model)
+    save_checkpoint(run_dir, model=model, optimizer=optimizer, scheduler=scheduler,
+                    counters={"step": step, "best_step": best_step}, config=to_dict(cfg), best_score=best_score,
+                    best_model=best_model)
+    if best_model is not None:
+        model.load_state_dict(best_model)
     valid = evaluate(model, task, "valid", t.eval_batch_size, device)
     test = evaluate(model, task, "test", t.eval_batch_size, device)
     logger.log(step, {f"test/{k}": v for k, v in test.items()})
@@ -382,8 +411,7 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
     result = {"task": cfg.task, "core": cfg.core, "model": model_kind(cfg, task), "steps": step, "best_step": best_step,
               "stop_reason": stop_reason, "parameters": n_params, "wall_s": round(time.time() - start, 1),
               "valid": valid, "test": test, "history": history}
-    with open(os.path.join(cfg.run_dir, "results.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    atomic_write_text(os.path.join(run_dir, "results.json"), json.dumps(result, indent=1))
     if not quiet:
         print(f"done ({stop_reason}) at step {step}: best valid {t.select_metric} {sign * best_score:.4g} at step {best_step} | "
               "test " + " | ".join(f"{k} {v:.4g}" for k, v in test.items()), flush=True)

@@ -306,12 +306,12 @@ def markdown(results: list[dict[str, Any]]) -> str:
 
 
 def write_outputs(results: list[dict[str, Any]], out_dir: str) -> tuple[str, str]:
+    from agents.checkpoint import atomic_write_text
+
     os.makedirs(out_dir, exist_ok=True)
     json_path, md_path = os.path.join(out_dir, "evaluation.json"), os.path.join(out_dir, "evaluation.md")
-    with open(json_path, "w") as f:
-        json.dump({"results": results}, f, indent=1)
-    with open(md_path, "w") as f:
-        f.write(markdown(results))
+    atomic_write_text(json_path, json.dumps({"results": results}, indent=1))
+    atomic_write_text(md_path, markdown(results))
     return json_path, md_path
 
 

@@ -11,7 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from agents.config import parse_config, save_yaml  # noqa: E402
+from agents.config import parse_config  # noqa: E402
 from agents.supervised import Config, train  # noqa: E402
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "supervised.yaml")
@@ -44,10 +44,7 @@ def load_config(argv: list[str]) -> Config:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    cfg = load_config(sys.argv[1:] if argv is None else argv)
-    os.makedirs(cfg.run_dir, exist_ok=True)
-    save_yaml(cfg, os.path.join(cfg.run_dir, "config.yaml"))
-    return train(cfg)
+    return train(load_config(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from agents import checkpoint
-from agents.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agents.checkpoint import check_same_run, latest_checkpoint, load_checkpoint, save_checkpoint
+from agents.config import to_dict
+from agents.learner import RESUMABLE_CHANGES, TrainConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -68,3 +70,23 @@ def test_killed_write_keeps_previous(tmp_path):
     assert load_checkpoint(latest_checkpoint(str(tmp_path)))["counters"]["step"] == 1
     _save(tmp_path, 3)  # the next save clears the killed writer's temp file
     assert [p for p in os.listdir(tmp_path) if p.startswith(".tmp")] == []
+
+
+def test_check_same_run_names_the_settings_that_differ():
+    saved = to_dict(TrainConfig(core="lstm", core_options={"hidden_size": 64}))
+    resumable = TrainConfig(core="lstm", core_options={"hidden_size": 64}, total_steps=10**9, device="cuda")
+    resumable.log.tensorboard, resumable.actor.num_actors = False, 48
+    check_same_run(saved, resumable, RESUMABLE_CHANGES, "ckpt.pt")  # a longer run, more actors: fine
+    other = TrainConfig(core="lstm", core_options={"hidden_size": 128})
+    other.optim.lr, other.actor.unroll_length = 1.0, 80
+    with pytest.raises(ValueError) as error:
+        check_same_run(saved, other, RESUMABLE_CHANGES, "ckpt.pt")
+    message = str(error.value)
+    for line in ("core_options: {'hidden_size': 64} in the checkpoint, {'hidden_size': 128} now",
+                 "optim.lr: 0.0006 in the checkpoint, 1.0 now", "actor.unroll_length: 20 in the checkpoint, 80 now"):
+        assert line in message
+    assert "total_steps" not in message and message.count(" now") == 3
+    del saved["learner"]["rho_bar"]  # a setting this checkpoint predates is not compared
+    other = TrainConfig(core="lstm", core_options={"hidden_size": 64})
+    other.learner.rho_bar = 2.0
+    check_same_run(saved, other, RESUMABLE_CHANGES, "ckpt.pt")

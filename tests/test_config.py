@@ -1,6 +1,7 @@
 """Config loading: YAML + per-variant defaults + --key / --set overrides, and clear errors."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -93,3 +94,21 @@ def test_ill_typed_values(tmp_path):
         parse(["--set", "optim.name=sgd"])
     with pytest.raises(ConfigError, match="is a section"):
         parse(["--set", "optim=3"])
+
+
+def test_settings_that_would_hang_or_spoil_a_run_are_clear_errors(tmp_path):
+    from agents.learner import TrainConfig, train
+    cfg = TrainConfig(total_steps=100)
+    cfg.actor.num_actors, cfg.optim.grad_clip, cfg.network.reward_clip = 0, -1.0, 0.0
+    with pytest.raises(ConfigError) as error:
+        train(cfg)  # before any actor starts: 0 actors would wait for batches forever
+    assert str(error.value) == ("actor.num_actors must be > 0, got 0; network.reward_clip must be > 0, got 0.0; "
+                                "optim.grad_clip must be >= 0, got -1.0")
+
+    from agents.supervised import Config
+    from agents.supervised import train as train_supervised
+    sup = Config(run_dir=str(tmp_path))
+    sup.train.eval_every, sup.optim.clip_norm = 0, -0.5
+    with pytest.raises(ConfigError, match="train.eval_every must be > 0, got 0; optim.clip_norm must be >= 0"):
+        train_supervised(sup, quiet=True)
+    assert not os.listdir(tmp_path)

@@ -1,8 +1,10 @@
 """End to end on the maze: every core trains with 2 actors, logs, checkpoints and resumes;
-SIGINT stops a run with no processes left behind; a crashing actor stops the run with its traceback."""
+SIGINT or SIGTERM stops a run with a checkpoint and no processes left behind; a crashing actor
+stops the run with its traceback."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import multiprocessing
 import os
@@ -12,6 +14,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 import fastnet
 from agents.actor import ActorError
@@ -66,17 +69,26 @@ def test_every_core_trains_logs_checkpoints_and_resumes(core, tmp_path):
     assert [r["step"] for r in rows] == [160 * i for i in range(1, 13)]
     assert not math.isnan(rows[-1]["mean_return"]) and math.isfinite(rows[-1]["loss"])
     assert os.path.exists(os.path.join(run_dir, "config.yaml"))
+    with pytest.raises(ValueError, match="seed: 0 in the checkpoint, 1 now"):  # another run's directory
+        train(config(core, run_dir, "--total_steps", "2880", "--seed", "1"))
     assert multiprocessing.active_children() == []
 
 
-def test_crashing_actor_stops_the_run_with_its_traceback(tmp_path, monkeypatch):
-    def boom(*args, **kwargs):
-        raise ValueError("boom in the actor")
+def test_crashing_actor_stops_the_run_with_its_traceback_and_keeps_its_progress(tmp_path, monkeypatch):
+    multinomial, calls = torch.multinomial, itertools.count()
 
-    monkeypatch.setattr("torch.multinomial", boom)  # only actors sample; forked actors inherit it
+    def boom_after_a_while(*args, **kwargs):  # each forked actor counts its own calls
+        if next(calls) == 100:  # 10 unrolls into the run: the learner has made updates by then
+            raise ValueError("boom in the actor")
+        return multinomial(*args, **kwargs)
+
+    monkeypatch.setattr("torch.multinomial", boom_after_a_while)  # only actors sample
+    run_dir = str(tmp_path / "crash")
     with pytest.raises(ActorError, match=r"(?s)actor \d crashed:.*ValueError: boom in the actor"):
-        train(config("ff", str(tmp_path / "crash"), "--total_steps", "100000"))
+        train(config("ff", run_dir, "--total_steps", "100000"))
     assert multiprocessing.active_children() == []
+    step = load_checkpoint(latest_checkpoint(run_dir))["counters"]["step"]  # saved on the way out
+    assert step > 0 and step == read_csv(os.path.join(run_dir, "logs.csv"))[-1]["step"]
 
 
 def _group_members(pgid: int) -> list[int]:
@@ -92,8 +104,11 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
-def test_sigint_stops_every_process(tmp_path):
-    run_dir = str(tmp_path / "sigint")
+@pytest.mark.parametrize("stop_signal,to_group", [(signal.SIGINT, False), (signal.SIGTERM, True)],
+                         ids=["sigint_to_learner", "sigterm_to_group"])
+def test_stop_signal_checkpoints_and_stops_every_process(stop_signal, to_group, tmp_path):
+    """Ctrl-C reaches the learner; a scheduler's SIGTERM (preemption) reaches every process."""
+    run_dir = str(tmp_path / "stop")
     argv = [sys.executable, MAZE, "--core", "lstm", "--run_dir", run_dir, "--total_steps", "10000000",
             "--set", f"core_options={tiny_options('lstm')}", *SMALL]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -103,7 +118,7 @@ def test_sigint_stops_every_process(tmp_path):
     while time.time() < deadline and not (os.path.exists(csv_path) and len(read_csv(csv_path)) >= 2):
         time.sleep(0.2)
     assert len(_group_members(proc.pid)) >= 3  # the learner and its 2 actors
-    os.kill(proc.pid, signal.SIGINT)
+    (os.killpg if to_group else os.kill)(proc.pid, stop_signal)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out
     assert "stopping at step" in out

@@ -209,3 +209,39 @@ def test_gradient_norm_is_logged_with_and_without_clipping(clip_norm, tmp_path):
         rows = list(csv.DictReader(f))
     norms = [float(r["grad_norm"]) for r in rows if r.get("grad_norm")]
     assert len(norms) == 2 and all(n > 1e-4 for n in norms)
+
+
+def test_resume_refuses_a_checkpoint_of_other_settings_and_keeps_the_run(tmp_path):
+    """Same run_dir, another core or lr: a clear error naming the settings, and the old run's
+    files untouched. A longer budget is a legitimate resume."""
+    task = make_task("retrieval2", num_keys=4)
+    cfg = tiny_config("retrieval2", "delta", tmp_path, max_steps=2, eval_every=2, checkpoint_every=2)
+    train(cfg, task=task, quiet=True)
+    files = {name: (tmp_path / name).read_bytes() for name in ("config.yaml", "checkpoint.pt", "logs.csv")}
+    other_core = dataclasses.replace(cfg, core="linear", core_options=dict(TINY_CORES["linear"]))
+    other_lr = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, lr=0.5))
+    for changed, key in ((other_core, "core: 'delta' in the checkpoint, 'linear' now"), (other_lr, "optim.lr: ")):
+        with pytest.raises(ValueError, match=key):
+            train(changed, task=task, quiet=True)
+        assert {name: (tmp_path / name).read_bytes() for name in files} == files
+    longer = train(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, max_steps=4)), task=task, quiet=True)
+    assert longer["steps"] == 4
+
+
+def test_resume_scores_the_checkpoints_best_model_not_a_later_one(tmp_path):
+    """A best_model.pt written after the last checkpoint (by a run then killed) belongs to a
+    discarded future: the resumed run restores the checkpoint's best model and scores it."""
+    task = make_task("retrieval2", num_keys=4)
+    cfg = tiny_config("retrieval2", "delta", tmp_path, max_steps=2, eval_every=2, checkpoint_every=2)
+    first = train(cfg, task=task, quiet=True)
+    best = torch.load(tmp_path / "best_model.pt")
+    torch.save({k: torch.randn_like(v) if v.is_floating_point() else v for k, v in best.items()},
+               tmp_path / "best_model.pt")
+    again = train(cfg, task=task, quiet=True)  # at max_steps already: restores and scores only
+    restored = torch.load(tmp_path / "best_model.pt")
+    assert all(torch.equal(restored[k], best[k]) for k in best)
+    assert again["test"] == pytest.approx(first["test"])
+
+
+def test_default_run_dir_names_the_task_and_core():
+    assert Config(task="code3", core="rec_delta").resolved_run_dir() == "runs/supervised/code3-rec_delta"
