@@ -5,7 +5,7 @@
     python launch/evaluate.py runs/atari-Pong-lstm/checkpoint.pt --sample   # sample instead of argmax
 
 Each argument is a checkpoint file or a run directory; a directory stands for its milestone
-checkpoints ``checkpoint-<step>.pt`` (those at ``--steps`` if given), or for its latest
+checkpoints ``checkpoint-<step>.pt`` (with ``--steps``: the first at or within 1% past each), or for its latest
 ``checkpoint.pt`` if it has none. Every checkpoint is scored in ``--runs`` (5) independent runs
 of ``--episodes`` (30) whole games each, with the env options it was trained with (sticky
 actions 0.25, the emulator's 108,000-frame limit and no other time limit). Actions are the
@@ -139,12 +139,14 @@ def expand_targets(targets: list[str], steps: list[int] | None = None) -> list[s
             raise SystemExit(f"no such checkpoint or run directory: {target}")
         milestones = sorted((int(m.group(1)), p) for p in glob.glob(os.path.join(target, "checkpoint-*.pt"))
                             if (m := _MILESTONE.search(p)))
-        if steps:
-            chosen = [p for s, p in milestones if s in steps]
-            missing = sorted(set(steps) - {s for s, _ in milestones})
-            if missing:
-                print(f"warning: {target} has no checkpoint at step(s) {missing}", file=sys.stderr)
-            paths += chosen
+        if steps:  # a milestone is saved at the first update that reaches it, so at or just past it
+            for step in steps:
+                at = [p for s, p in milestones if step <= s <= step * (1 + STEP_TOLERANCE)]
+                if at:
+                    paths += [] if at[0] in paths else at[:1]
+                else:
+                    print(f"warning: {target} has no checkpoint at step {step:,} (or within "
+                          f"{STEP_TOLERANCE:.0%} past it)", file=sys.stderr)
         elif milestones:
             paths += [p for _, p in milestones]
         elif os.path.isfile(os.path.join(target, "checkpoint.pt")):

@@ -150,3 +150,12 @@ def test_markdown_layout():
     assert "15,000 ± 1,000 (15,133 ± 1,122)" in sections[2]
     assert "(" not in sections[0].split("\n", 3)[3]  # no paper figures at other steps
     assert evaluate.paper_step(50_001_600) == 50_000_000 and evaluate.paper_step(40_000_000) is None
+
+
+def test_steps_pick_the_milestone_saved_at_or_just_past_them(tmp_path, capsys):
+    """With batch x unroll not dividing 50M, the 50M milestone is saved at the next update."""
+    for step in (49_999_360, 50_000_640, 60_000_000, 200_000_000):
+        (tmp_path / f"checkpoint-{step}.pt").write_bytes(b"")
+    paths = evaluate.expand_targets([str(tmp_path)], [50_000_000, 200_000_000, 100_000_000])
+    assert [os.path.basename(p) for p in paths] == ["checkpoint-50000640.pt", "checkpoint-200000000.pt"]
+    assert "no checkpoint at step 100,000,000" in capsys.readouterr().err
