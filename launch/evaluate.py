@@ -5,8 +5,8 @@
     python launch/evaluate.py runs/atari-Pong-lstm/checkpoint.pt --sample   # sample instead of argmax
 
 Each argument is a checkpoint file or a run directory; a directory stands for its milestone
-checkpoints ``checkpoint-<step>.pt`` (with ``--steps``: the first at or within 1% past each), or for its latest
-``checkpoint.pt`` if it has none. Every checkpoint is scored in ``--runs`` (5) independent runs
+checkpoints ``checkpoint-<step>.pt`` (with ``--steps``: the first at each step or within 1%
+past it), or for its latest ``checkpoint.pt`` if it has none. Every checkpoint is scored in ``--runs`` (5) independent runs
 of ``--episodes`` (30) whole games each, with the env options it was trained with (sticky
 actions 0.25, the emulator's 108,000-frame limit and no other time limit). Actions are the
 argmax of the policy, as in the papers' code; ``--sample`` samples from it instead. Run r of a
