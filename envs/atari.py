@@ -124,7 +124,8 @@ class Atari:
         obs, info = self._env.reset(seed=seeds)
         self._return[:] = 0.0
         self._length[:] = 0
-        return self._ordered(obs, info)
+        self._check_order(info)
+        return obs
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """Step every env with ``actions`` (int [N], values in 0..num_actions-1); see the class docstring."""
@@ -135,10 +136,7 @@ class Atari:
         if actions.size and (actions.min() < 0 or actions.max() >= self.num_actions):
             raise ValueError(f"actions must be in 0..{self.num_actions - 1}, got {actions}")
         obs, reward, terminated, truncated, info = self._env.step(actions.astype(np.int64, copy=False))
-        order = self._order(info)
-        if order is not None:
-            obs, reward, terminated, truncated = obs[order], reward[order], terminated[order], truncated[order]
-            info = {k: v[order] for k, v in info.items()}
+        self._check_order(info)
         reward = np.asarray(reward, np.float32)
         done = np.logical_or(terminated, truncated)
         self._return += reward
@@ -150,15 +148,12 @@ class Atari:
         return obs, reward, done, {"episode_return": episode_return, "episode_length": episode_length,
                                    "lives": np.asarray(info["lives"], np.int32)}
 
-    def _order(self, info: dict[str, np.ndarray]) -> np.ndarray | None:
+    def _check_order(self, info: dict[str, np.ndarray]) -> None:
+        """ale-py applies the i-th action to the i-th env of its last result, so results must come
+        in env order for action i to reach env i (they do with batch_size = num_envs)."""
         ids = info.get("env_id")
-        if ids is None or np.array_equal(ids, self._ids):
-            return None
-        return np.argsort(ids)
-
-    def _ordered(self, obs: np.ndarray, info: dict[str, np.ndarray]) -> np.ndarray:
-        order = self._order(info)
-        return obs if order is None else obs[order]
+        if ids is not None and not np.array_equal(ids, self._ids):
+            raise RuntimeError(f"ale-py returned the envs in the order {ids.tolist()}, not 0..{self.num_envs - 1}")
 
     def close(self) -> None:
         self._env.close()

@@ -200,6 +200,7 @@ class Maze:
         self._t = np.zeros(self.num_envs, np.int64)
         self._ret = np.zeros(self.num_envs, np.float64)
         self._no_final_obs = np.empty((0, OBS_SIZE), np.float32)
+        self._started = False  # no goal is placed before the first reset()
         self.seed(seed)
 
     def seed(self, seed: int | Sequence[int]) -> None:
@@ -211,6 +212,7 @@ class Maze:
 
     def reset(self) -> np.ndarray:
         """Start a new episode in every env; returns obs float32 [N, 10]."""
+        self._started = True
         return _reset_kernel(self._agent, self._goal, self._t, self._ret, self._rng, self._window,
                              self._free_cells, self._free_index, self._centre, self.episode_length)
 
@@ -220,6 +222,8 @@ class Maze:
         return obs, reward, done, {"episode_return": ep_return, "episode_length": ep_length}
 
     def _step(self, actions: Any, autoreset: bool, final_obs: np.ndarray) -> tuple[np.ndarray, ...]:
+        if not self._started:
+            raise RuntimeError("call reset() before step()")
         actions = np.asarray(actions)
         if actions.shape != (self.num_envs,) or actions.dtype.kind not in "iu":
             raise ValueError(f"actions must be an int array of shape ({self.num_envs},), "
@@ -286,7 +290,7 @@ class MazeEnv(gymnasium.Env):
             raise ValueError(f"env_index must be an int >= 0, got {env_index!r}")
         self.render_mode, self.env_index = render_mode, int(env_index)
         self._maze = Maze(1, 0, size=size, episode_length=episode_length)
-        self._seeded = False
+        self._seeded, self._terminated = False, False
         self.observation_space = _observation_space()
         self.action_space = spaces.Discrete(NUM_ACTIONS)
 
@@ -298,6 +302,7 @@ class MazeEnv(gymnasium.Env):
         if seed is not None:
             self._reseed(_check_seed(seed))
         obs = self._maze.reset()
+        self._terminated = False
         return obs[0], {"episode_return": np.float32(0.0), "episode_length": np.int32(0)}
 
     def _reseed(self, seed: int) -> None:
@@ -306,10 +311,11 @@ class MazeEnv(gymnasium.Env):
         self._seeded = True
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if not self._seeded:
-            raise gymnasium.error.ResetNeeded("call reset() before step()")
+        if not self._seeded or self._terminated:
+            raise gymnasium.error.ResetNeeded("call reset() before step() (and after an episode ends)")
         obs, reward, done, ep_return, ep_length = self._maze._step(
             np.asarray([action]), False, self._maze._no_final_obs)
+        self._terminated = bool(done[0])
         info = {"episode_return": ep_return[0], "episode_length": ep_length[0]}
         return obs[0], float(reward[0]), bool(done[0]), False, info
 

@@ -73,6 +73,25 @@ def test_game_names_and_unknown_game():
             env.close()
 
 
+def test_results_out_of_env_order_are_an_error():
+    """ale-py sends action i to the i-th env of its last result: a permuted result would
+    misroute every action, so it must stop the run."""
+    env = envs.make("atari", num_envs=2, game="Pong")
+    try:
+        env.reset()
+        ale_step = env._env.step
+
+        def permuted_step(actions):
+            obs, reward, terminated, truncated, info = ale_step(actions)
+            return obs, reward, terminated, truncated, {**info, "env_id": info["env_id"][::-1]}
+
+        env._env.step = permuted_step
+        with pytest.raises(RuntimeError, match=r"order \[1, 0\]"):
+            env.step(np.array([0, 1]))
+    finally:
+        env.close()
+
+
 def test_whole_game_return_across_lives_and_raw_rewards():
     """A random player of Breakout loses 5 lives per game: ``done`` only at game over, and the
     reported return / length are the sums over the whole game of the raw per-step rewards."""

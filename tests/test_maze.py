@@ -428,3 +428,18 @@ def test_bad_wrapper_arguments() -> None:
     env.reset(seed=0)
     with pytest.raises(ValueError, match="int array"):
         env.step(1.5)
+
+
+def test_step_needs_a_reset_first_and_after_an_episode_ends() -> None:
+    with pytest.raises(RuntimeError, match="reset"):  # before reset() no goal is placed
+        Maze(2, seed=0).step(np.array([0, 0]))
+    env = MazeEnv(episode_length=3)
+    with pytest.raises(gymnasium.error.ResetNeeded):
+        env.step(0)
+    env.reset(seed=0)
+    terminated = [env.step(0)[2] for _ in range(3)]
+    assert terminated == [False, False, True]
+    with pytest.raises(gymnasium.error.ResetNeeded):  # the time feature would leave [0, 1]
+        env.step(0)
+    env.reset()
+    assert env.step(0)[0].shape == (10,)

@@ -205,3 +205,28 @@ def test_length_bucketing_keeps_every_example_once_per_epoch():
             seen.append(tuple(b.x[:n, i].tolist()))
     assert sorted(seen) == sorted(tuple(e.x.tolist()) for e in task.split("train"))
     assert padding < plain_padding
+
+
+@pytest.mark.parametrize("segment_length,eval_stride", [(16, 0), (16, -2), (16, 17), (0, 1)])
+def test_language_model_rejects_strides_that_would_hang_or_skip_tokens(tmp_path, segment_length, eval_stride):
+    path = write_corpus(tmp_path / "corpus.txt")
+    with pytest.raises(ValueError, match="eval_stride <= segment_length"):
+        LanguageModel(path, segment_length=segment_length, eval_stride=eval_stride)
+
+
+def test_a_task_with_too_few_distinct_examples_is_an_error_not_a_hang():
+    """ListOps of depth 1 with 2 arguments has 3 x 100 distinct programs: a 400-example training
+    split cannot exist, and a batch larger than the training set cannot be drawn."""
+    from envs.tasks import base, listops
+    too_big = ListOps(depth=1, sizes={"train": 400, "valid": 1, "test": 1})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(listops, "MAX_ARGS", 2)
+        mp.setattr(base, "MAX_REJECTED_DRAWS", 2000)
+        with pytest.raises(ValueError, match="too few distinct examples"):
+            too_big.split("train")
+        small = ListOps(depth=1, sizes={"train": 8, "valid": 1, "test": 1})
+        with pytest.raises(ValueError, match="batch_size 16 is larger than the training set"):
+            next(small.train_batches(16))
+    for bad in (lambda: ListOps(depth=0), lambda: CodeExecution(num_statements=1)):
+        with pytest.raises(ValueError, match=">= 1|>= 2"):
+            bad()

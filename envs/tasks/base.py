@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 SPLITS = ("train", "valid", "test")
+MAX_REJECTED_DRAWS = 10_000  # draws in a row that repeat an example before a split gives up
 
 
 @dataclass
@@ -147,15 +148,20 @@ class Task:
                     taken |= {e.key() for e in self.split(earlier)}
             # ``size`` counts draws: one example each, except retrieval's evaluation draws
             # (one sequence with every query)
-            rng, out, keys, draws = self._rng(name), [], set(), 0
+            rng, out, keys, draws, rejected = self._rng(name), [], set(), 0, 0
             while draws < size:
                 drawn = self.eval_examples(rng) if name != "train" else [self.generate(rng)]
                 ks = [e.key() for e in drawn]
                 if any(k in taken or k in keys for k in ks):
+                    rejected += 1
+                    if rejected > MAX_REJECTED_DRAWS:
+                        raise ValueError(f"{type(self).__name__}: after {draws} distinct draws for split {name!r}, "
+                                         f"{MAX_REJECTED_DRAWS:,} draws in a row repeated an example; the task has "
+                                         f"too few distinct examples for sizes {self.sizes}: make it larger")
                     continue
                 out.extend(drawn)
                 keys.update(ks)
-                draws += 1
+                draws, rejected = draws + 1, 0
             self._splits[name] = out
         return self._splits[name]
 
@@ -174,6 +180,8 @@ class Task:
                         batch.append(e)
                 yield collate(batch)
         data = self.split("train")
+        if batch_size > len(data):
+            raise ValueError(f"batch_size {batch_size} is larger than the training set ({len(data)} examples)")
         while True:
             order = rng.permutation(len(data))
             batches = [order[i:i + batch_size] for i in range(0, len(order) - batch_size + 1, batch_size)]

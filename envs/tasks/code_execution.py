@@ -39,6 +39,8 @@ class CodeExecution(Task):
                  bucket: int = 0):
         if not 1 <= num_variables <= len(VARIABLE_NAMES):
             raise ValueError(f"num_variables must be in 1..{len(VARIABLE_NAMES)}")
+        if num_statements < 2:
+            raise ValueError(f"num_statements must be >= 2 (an assignment, then the final print), got {num_statements}")
         super().__init__(seed, sizes, bucket)
         self.num_variables, self.num_statements = num_variables, num_statements
         self.vocab = list(VARIABLE_NAMES[:num_variables]) + KEYWORDS + [str(d) for d in range(10)]

@@ -58,28 +58,35 @@ def depth_of(tokens: list[str]) -> int:
 class ListOps(Task):
     def __init__(self, depth: int = 10, sublist_prob: float = 0.17, seed: int = 0, sizes=None,
                  bucket: int = 0):
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
         super().__init__(seed, sizes, bucket)
         self.depth, self.sublist_prob = depth, sublist_prob
         self.spec = TaskSpec(input_vocab=[len(VOCAB)], input_dim=None, output_size=10, loss="ce", metric="seq_acc")
 
-    def _list(self, rng: np.random.Generator, depth: int) -> list[str]:
+    def _list(self, rng: np.random.Generator, depth: int) -> tuple[list[str], int]:
+        """The tokens of a random list of exactly ``depth`` and its value, computed on the tree as
+        it is built (independently of the stack evaluator that checks it)."""
         n = int(rng.integers(MIN_ARGS, MAX_ARGS + 1))
         deep = int(rng.integers(n))
-        tokens = [OPERATORS[rng.integers(3)]]
+        op = OPERATORS[rng.integers(3)]
+        tokens, values = [op], []
         for i in range(n):
-            if depth > 1 and i == deep:
-                tokens += self._list(rng, depth - 1)
-            elif depth > 1 and rng.random() < self.sublist_prob:
-                tokens += self._list(rng, int(rng.integers(1, depth)))
+            if depth > 1 and (i == deep or rng.random() < self.sublist_prob):
+                sub_tokens, value = self._list(rng, depth - 1 if i == deep else int(rng.integers(1, depth)))
+                tokens += sub_tokens
             else:
-                tokens.append(str(rng.integers(10)))
-        return tokens + ["]"]
+                value = int(rng.integers(10))
+                tokens.append(str(value))
+            values.append(value)
+        value = {"[MAX": max(values), "[MIN": min(values), "[FIRST": values[0]}[op]
+        return tokens + ["]"], value
 
     def generate(self, rng: np.random.Generator) -> Example:
-        tokens = self._list(rng, self.depth)
+        tokens, value = self._list(rng, self.depth)
         x = np.array([INDEX[t] for t in tokens], dtype=np.int64)
         y = np.zeros(len(x), dtype=np.int64)
-        y[-1] = evaluate(tokens)
+        y[-1] = value
         mask = np.zeros(len(x), dtype=bool)
         mask[-1] = True
         return Example(x, y, mask)
