@@ -18,6 +18,8 @@ import torch
 from torch import nn
 
 LATEST = "checkpoint.pt"
+_UMASK = os.umask(0o022)  # read the process umask (the call sets it) ...
+os.umask(_UMASK)  # ... and put it back
 _MILESTONE = re.compile(r"checkpoint-(\d+)\.pt$")
 
 
@@ -28,6 +30,7 @@ def atomic_write(path: str, write: Callable[[BinaryIO], Any]) -> None:
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.splitext(path)[1])
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # as open() would create it (mkstemp makes it private)
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()

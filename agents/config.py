@@ -153,13 +153,13 @@ def check_ranges(config: Any, positive: tuple[str, ...] = (), non_negative: tupl
     """ConfigError naming every dotted setting of ``config`` outside its range (None passes):
     settings that would otherwise hang a run (0 actors) or quietly spoil it (a negative clip)."""
     bad = []
-    for keys, lowest, strict in ((positive, 0, True), (non_negative, 0, False)):
-        for key in keys:
-            value = config
-            for name in key.split("."):
-                value = getattr(value, name)
-            if value is not None and (value <= lowest if strict else value < lowest):
-                bad.append(f"{key} must be {'>' if strict else '>='} {lowest}, got {value!r}")
+    for key in positive + non_negative:
+        value = config
+        for name in key.split("."):
+            value = getattr(value, name)
+        strict = key in positive
+        if value is not None and (value <= 0 if strict else value < 0):
+            bad.append(f"{key} must be {'>' if strict else '>='} 0, got {value!r}")
     if bad:
         raise ConfigError("; ".join(bad))
 

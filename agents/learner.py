@@ -220,9 +220,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     import envs
 
     check_ranges(cfg, positive=("total_steps", "actor.num_actors", "actor.envs_per_actor", "actor.unroll_length",
-                                "learner.batch_size", "learner.rho_bar", "learner.c_bar", "learner.num_threads",
-                                "network.reward_clip", "log.return_window"),
-                 non_negative=("optim.lr", "optim.grad_clip", "checkpoint.interval_minutes"))
+                                "learner.batch_size", "learner.rho_bar", "learner.num_threads", "network.reward_clip",
+                                "log.return_window"),
+                 non_negative=("learner.c_bar", "optim.lr", "optim.grad_clip", "checkpoint.interval_minutes"))
     if cfg.learner.batch_size % cfg.actor.envs_per_actor:
         raise ValueError(f"learner.batch_size ({cfg.learner.batch_size}) must be a multiple of "
                          f"actor.envs_per_actor ({cfg.actor.envs_per_actor})")

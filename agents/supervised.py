@@ -324,16 +324,18 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
     # best_model is the best validated model's weights; checkpoints carry it, so that a resumed
     # run never scores a best_model.pt written after its checkpoint (a discarded future)
     step, best_score, best_step, best_model, history = 0, math.inf, 0, None, []
+    best_path = os.path.join(run_dir, "best_model.pt")
     ckpt = latest_checkpoint(run_dir) if t.resume else None
     if ckpt:
         payload = load_checkpoint(ckpt, model, optimizer, scheduler, map_location=device, config=cfg,
                                   may_change=RESUMABLE_CHANGES)
         step, best_score, best_step = (payload["counters"]["step"], payload["best_score"], payload["counters"]["best_step"])
         best_model = payload.get("best_model")
+        if "best_model" not in payload and os.path.exists(best_path):  # a checkpoint of an older version
+            best_model = torch.load(best_path, map_location="cpu")
     os.makedirs(run_dir, exist_ok=True)
     save_yaml(cfg, os.path.join(run_dir, "config.yaml"))
     logger = Logger(run_dir, resume_step=step, print_every_s=1e9 if quiet else 5.0)
-    best_path = os.path.join(run_dir, "best_model.pt")
     if best_model is not None:
         atomic_save(best_model, best_path)
     elif os.path.exists(best_path):  # not this run's (resume off) or not of its checkpoint's past

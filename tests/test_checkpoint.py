@@ -90,3 +90,11 @@ def test_check_same_run_names_the_settings_that_differ():
     other = TrainConfig(core="lstm", core_options={"hidden_size": 64})
     other.learner.rho_bar = 2.0
     check_same_run(saved, other, RESUMABLE_CHANGES, "ckpt.pt")
+
+
+def test_atomic_files_get_the_permissions_open_would_give(tmp_path):
+    """mkstemp creates private (0600) files; logs and checkpoints should be as readable as usual."""
+    (tmp_path / "plain.txt").write_text("x")
+    checkpoint.atomic_write_text(str(tmp_path / "atomic.txt"), "x")
+    modes = [os.stat(tmp_path / name).st_mode & 0o777 for name in ("atomic.txt", "plain.txt")]
+    assert modes[0] == modes[1]

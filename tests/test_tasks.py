@@ -212,6 +212,8 @@ def test_language_model_rejects_strides_that_would_hang_or_skip_tokens(tmp_path,
     path = write_corpus(tmp_path / "corpus.txt")
     with pytest.raises(ValueError, match="eval_stride <= segment_length"):
         LanguageModel(path, segment_length=segment_length, eval_stride=eval_stride)
+    assert LanguageModel(path, segment_length=8).eval_stride == 8  # the default stride fits short segments
+    assert LanguageModel(path, segment_length=256).eval_stride == 64
 
 
 def test_a_task_with_too_few_distinct_examples_is_an_error_not_a_hang():

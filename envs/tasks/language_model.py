@@ -16,7 +16,7 @@ Evaluation modes (``eval_mode``), the first two as TASKS.md gives them:
   window starts from a zero state and scores only its last ``eval_stride`` tokens (the first
   window scores all of its tokens), so every token is scored exactly once, with at least
   ``segment_length - eval_stride`` tokens of context after the first window. Stride 1 is the
-  exact protocol; the default 64 costs L/64 times less;
+  exact protocol; the default min(64, L) costs up to L/64 times less;
 * ``carry``: the state is carried across segments ("full context");
 * ``segment``: non-overlapping segments, each from a zero state (the training view: a quick
   estimate, pessimistic for the tokens early in each segment).
@@ -24,7 +24,7 @@ Evaluation modes (``eval_mode``), the first two as TASKS.md gives them:
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from typing import Iterator, Optional
 
 import numpy as np
 import torch
@@ -45,11 +45,12 @@ def tokenize(lines: list[str]) -> list[str]:
 
 class LanguageModel(Task):
     def __init__(self, path: str, segment_length: int = 256, eval_mode: str = "sliding",
-                 eval_stride: int = 64, carry_state: bool = False, split_fractions=(0.9, 0.05, 0.05),
+                 eval_stride: Optional[int] = None, carry_state: bool = False, split_fractions=(0.9, 0.05, 0.05),
                  seed: int = 0):
         super().__init__(seed, {"train": None, "valid": None, "test": None})
         if eval_mode not in ("segment", "carry", "sliding"):
             raise ValueError(f"eval_mode must be sliding, carry or segment, got {eval_mode!r}")
+        eval_stride = min(64, segment_length) if eval_stride is None else eval_stride
         if segment_length < 1 or not 1 <= eval_stride <= segment_length:
             raise ValueError(f"need segment_length >= 1 and 1 <= eval_stride <= segment_length, "
                              f"got {segment_length} and {eval_stride}")
