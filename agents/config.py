@@ -58,9 +58,9 @@ def parse_config(schema: type[C], argv: list[str], default_path: str | None = No
     path, overrides = _split_argv(schema, argv, default_path)
     raw = load_yaml(path) if path else {}
     source = path or "defaults"
-    for dotted, value, origin in overrides:  # first pass: only to learn the selector's value
-        if variants and dotted == variants[0]:
-            raw[dotted] = value
+    for dotted, value, origin in overrides:  # first pass: the selector and the variant table
+        if variants and (dotted == variants[0] or dotted.split(".")[0] == variants[1]):
+            raw = _set_in_dict(raw, dotted.split("."), value)
     if variants:
         selector, table = variants
         chosen = raw.get(selector, _default_of(schema, selector))

@@ -66,6 +66,9 @@ def test_variant_defaults_sit_between_yaml_and_cli(tmp_path):
     cfg = parse(["--core", "delta"], path)
     assert cfg.optim.lr == 5e-4 and cfg.core_options == {"num_heads": 2}
     assert parse(["--core", "delta", "--lr", "7e-4"], path).optim.lr == 7e-4
+    # the variant table itself set on the command line takes effect too
+    assert parse(["--core", "delta", "--set", "core_defaults.delta.optim.lr=2e-4"], path).optim.lr == 2e-4
+    assert parse(["--set", "core_defaults.linear.optim.lr=2e-4"], path).optim.lr == 1e-3  # another core's
 
 
 def test_malformed_yaml_names_the_file(tmp_path):
