@@ -57,7 +57,8 @@ class Logger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
             # purge the events past resume_step, as the CSV rows (purge_step drops steps >= it)
-            self.writer = SummaryWriter(os.path.join(run_dir, "tb"), purge_step=resume_step + 1 if resume_step else None)
+            purge_step = resume_step + 1 if resume_step else None
+            self.writer = SummaryWriter(os.path.join(run_dir, "tb"), purge_step=purge_step)
         self.print_every_s, self.stream = print_every_s, stream
         self.start = self.last_print = time.time()
 

@@ -362,8 +362,7 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
         total = loss + sum(o.aux_loss_weights.get(k, 1.0) * v for k, v in aux.items())
         optimizer.zero_grad(set_to_none=True)
         total.backward()
-        # clip_norm 0 = no clipping; the norm is still measured and logged.
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), o.clip_norm if o.clip_norm > 0 else math.inf)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), o.clip_norm or math.inf)  # 0: no clipping
         optimizer.step()
         scheduler.step()
         step += 1

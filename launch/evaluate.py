@@ -5,14 +5,14 @@
     python launch/evaluate.py runs/atari-Pong-lstm/checkpoint.pt --sample   # sample instead of argmax
 
 Each argument is a checkpoint file or a run directory; a directory stands for its milestone
-checkpoints ``checkpoint-<step>.pt`` (with ``--steps``: the first at each step or within 1%
-past it), or for its latest ``checkpoint.pt`` if it has none. Every checkpoint is scored in ``--runs`` (5) independent runs
-of ``--episodes`` (30) whole games each, with the env options it was trained with (sticky
-actions 0.25, the emulator's 108,000-frame limit and no other time limit). Actions are the
-argmax of the policy, as in the papers' code; ``--sample`` samples from it instead. Run r of a
-checkpoint plays ``--envs_per_run`` games at once (default: all of its episodes), seeded with
-``seed + r * envs_per_run + i``; each env contributes its first ``episodes / envs_per_run``
-whole games, so short games are not favoured.
+checkpoints ``checkpoint-<step>.pt`` (with ``--steps``: the first at each step or within 1% past
+it), or for its latest ``checkpoint.pt`` if it has none. Every checkpoint is scored in
+``--runs`` (5) independent runs of ``--episodes`` (30) whole games each, with the env options it
+was trained with (sticky actions 0.25, the emulator's 108,000-frame limit and no other time
+limit). Actions are the argmax of the policy, as in the papers' code; ``--sample`` samples from
+it instead. Run r of a checkpoint plays ``--envs_per_run`` games at once (default: all of its
+episodes), seeded with ``seed + r * envs_per_run + i``; each env contributes its first
+``episodes / envs_per_run`` whole games, so short games are not favoured.
 
 Reported per checkpoint: the 5 run means, their mean and their standard deviation (numpy's
 ``std``, ddof 0; ``--ddof 1`` for the sample std). The (checkpoint, run) jobs run in parallel
@@ -142,11 +142,11 @@ def expand_targets(targets: list[str], steps: list[int] | None = None) -> list[s
         if steps:  # a milestone is saved at the first update that reaches it, so at or just past it
             for step in steps:
                 at = [p for s, p in milestones if step <= s <= step * (1 + STEP_TOLERANCE)]
-                if at:
-                    paths += [] if at[0] in paths else at[:1]
-                else:
+                if not at:
                     print(f"warning: {target} has no checkpoint at step {step:,} (or within "
                           f"{STEP_TOLERANCE:.0%} past it)", file=sys.stderr)
+                elif at[0] not in paths:
+                    paths.append(at[0])
         elif milestones:
             paths += [p for _, p in milestones]
         elif os.path.isfile(os.path.join(target, "checkpoint.pt")):
