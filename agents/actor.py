@@ -93,14 +93,11 @@ def actor_loop(index: int, env_name: str, env_options: dict[str, Any], num_envs:
                 buffers[f"state_{k}"][i] = s
             for t in range(unroll_length + 1):
                 if t > 0:
-                    with torch.no_grad():
-                        logits, _, state, _ = model(step["obs"][None], step["reward"][None], step["action"][None],
-                                                    step["done"][None], state)
-                    action = torch.multinomial(torch.softmax(logits[0], dim=-1), 1).squeeze(-1)
+                    action, logits, state = model.act(step["obs"], step["reward"], step["action"], step["done"], state)
                     obs, reward, done, info = env.step(action.numpy())
                     step = {
                         "obs": torch.from_numpy(obs), "reward": torch.from_numpy(reward),
-                        "done": torch.from_numpy(done), "action": action, "logits": logits[0],
+                        "done": torch.from_numpy(done), "action": action, "logits": logits,
                         "episode_return": torch.from_numpy(np.asarray(info["episode_return"], np.float32)),
                         "episode_length": torch.from_numpy(np.asarray(info["episode_length"], np.int32)),
                     }

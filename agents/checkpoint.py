@@ -17,6 +17,8 @@ from typing import Any, BinaryIO, Callable, Iterator
 import torch
 from torch import nn
 
+from agents.errors import ConfigError
+
 LATEST = "checkpoint.pt"
 _UMASK = os.umask(0o022)  # read the process umask (the call sets it) ...
 os.umask(_UMASK)  # ... and put it back
@@ -106,7 +108,7 @@ def _settings(current: Any, saved: dict[str, Any], prefix: str = "") -> Iterator
 
 
 def check_same_run(saved: dict[str, Any], current: Any, may_change: tuple[str, ...], path: str) -> None:
-    """Raise ValueError if the checkpoint at ``path`` was written under a config (``saved``, a
+    """Raise ConfigError if the checkpoint at ``path`` was written under a config (``saved``, a
     dict) that differs from the config dataclass ``current`` in a setting outside ``may_change``
     (dotted keys or whole sections, e.g. the budget or the logging). Resuming would otherwise
     mix two runs: the model, optimiser state and counters of one with the settings of the other."""
@@ -114,9 +116,9 @@ def check_same_run(saved: dict[str, Any], current: Any, may_change: tuple[str, .
     differ = [(k, old, new) for k, old, new in _settings(current, saved)
               if old != new and k not in may_change and not k.startswith(sections)]
     if differ:
-        lines = "\n".join(f"  {k}: {old!r} in the checkpoint, {new!r} now" for k, old, new in differ)
-        raise ValueError(f"{path} belongs to a run with other settings:\n{lines}\nResume with the checkpoint's "
-                         f"settings, or start a new run in another run_dir.")
+        changes = "; ".join(f"{k} {old!r} -> {new!r}" for k, old, new in differ)
+        raise ConfigError(f"{path} belongs to a run with other settings ({changes}): resume with the checkpoint's "
+                          "settings, or start a new run with another --run_dir (or --run.resume false)")
 
 
 def load_checkpoint(path: str, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,

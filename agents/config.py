@@ -1,97 +1,189 @@
-"""YAML configs as dataclasses, with command-line overrides.
+"""Typed configuration: YAML defaults, ``--config FILE``, command-line flags; parsed by jsonargparse.
 
-A config schema is a dataclass whose fields are either scalars (top-level keys such as
-``core`` or ``device``), free-form dicts (e.g. the core's options, checked later by whoever
-consumes them) or *sections*: nested dataclasses, one per YAML mapping::
+Each entry point has one tree of dataclasses (``agents.learner.TrainConfig``,
+``agents.supervised.Config``); each field carries a one-line docstring, which ``--help`` shows
+with its type, default and choices. Values are resolved, lowest precedence first, from
 
-    @dataclass
-    class Optim:
-        lr: float = 6e-4
+1. the dataclass defaults;
+2. the entry point's YAML file (``launch/configs/*.yaml``), then its ``presets`` for the chosen
+   selectors (e.g. ``presets: {core: {delta: {...}}}`` when ``--core delta``; a task's preset may
+   hold presets of its own for each core);
+3. ``--config FILE``: another YAML file of the same shape, merged over them;
+4. the flags, written with dots: ``--optim.lr 1e-3``, ``--core.hidden_size 64``. Short forms
+   such as ``--core delta`` (= ``--core.name delta``) or ``--total_steps N`` are listed per
+   entry point.
 
-    @dataclass
-    class Config:
-        device: str = "cpu"
-        optim: Optim = field(default_factory=Optim)
-
-    cfg = parse_config(Config, ["--config", "maze.yaml", "--lr", "1e-3", "--set", "optim.lr=2e-3"])
-
-Precedence, lowest first: dataclass defaults, the YAML file, the *variant* defaults picked
-by a selector key (e.g. ``core_defaults[core]`` for the chosen ``--core``), then the command
-line in the order given. On the command line
-
-* ``--key value`` sets the field ``key`` wherever it is unique: a top-level scalar, or the
-  one section holding a field of that name (``--lr 1e-3`` sets ``optim.lr``);
-* ``--set path.to.key=value`` sets any field or dict entry by its dotted path.
-
-Values are parsed with ``yaml.safe_load`` (``--set optim.lr=1e-3``, ``--set core.sizes=[1,2]``).
-Malformed YAML, unknown keys and ill-typed values raise :class:`ConfigError` naming the file
-or flag, the key, and the valid keys, before anything runs.
+A selector (the core, the task) decides the *type* of its section: ``--core delta`` makes the
+``core`` section delta's own dataclass, so a key that delta lacks is an error listing the valid
+ones, and ``--core delta --help`` shows exactly delta's options. Every error is a
+:class:`ConfigError`: one line naming the key and what is allowed; the entry points print it and
+exit with code 2 before anything is written.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
+import inspect
 import os
-import types
+import re
+import sys
 import typing
-from typing import Any, TypeVar
+from argparse import ArgumentError
+from typing import Any, Callable, Literal, TypeVar
 
 import yaml
+from jsonargparse import ArgumentParser, set_parsing_settings
 
 from agents.checkpoint import atomic_write_text
+from agents.errors import ConfigError
 
 C = TypeVar("C")
 
-
-class ConfigError(ValueError):
-    """A config file or command-line override that cannot be applied."""
+set_parsing_settings(docstring_parse_attribute_docstrings=True)
 
 
-def parse_config(schema: type[C], argv: list[str], default_path: str | None = None,
-                 variants: tuple[str, str] | None = None) -> C:
-    """Build ``schema`` from ``--config FILE`` (or ``default_path``) and the overrides in ``argv``.
+@dataclasses.dataclass
+class Selector:
+    """A section whose type depends on a name: ``--core delta`` picks the dataclass of ``core``."""
 
-    ``variants = (selector, table)`` names a top-level field (e.g. ``"core"``) and a dict field
-    (e.g. ``"core_defaults"``) mapping each selector value to a nested dict of overrides that
-    is applied after the YAML file and before the command line.
+    key: str
+    """The dotted key holding the name (``core.name``)."""
+    choices: tuple[str, ...]
+    """The valid names."""
+    kind: str
+    """What the name names, for messages ("core")."""
+
+
+def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], defaults_path: str,
+          selectors: tuple[Selector, ...] = (), short_flags: dict[str, str] | None = None,
+          prog: str | None = None, description: str | None = None) -> C:
+    """The config of ``make_schema(names)`` from ``defaults_path``, ``--config FILE`` and ``argv``.
+
+    ``names`` maps each selector's section (``"core"``) to the chosen name. ``short_flags`` maps
+    short flags to dotted keys (``{"--total_steps": "run.total_steps"}``). ``--help`` and
+    ``--print_config`` print and raise ``SystemExit(0)``; bad input raises :class:`ConfigError`.
     """
-    path, overrides = _split_argv(schema, argv, default_path)
-    raw = load_yaml(path) if path else {}
-    source = path or "defaults"
-    for dotted, value, origin in overrides:  # first pass: the selector and the variant table
-        if variants and (dotted == variants[0] or dotted.split(".")[0] == variants[1]):
-            raw = _set_in_dict(raw, dotted.split("."), value)
-    if variants:
-        selector, table = variants
-        chosen = raw.get(selector, _default_of(schema, selector))
-        variant = (raw.get(table) or {}).get(chosen, {})
-        if not isinstance(variant, dict):
-            raise ConfigError(f"{source}: {table}.{chosen} must be a mapping, got {variant!r}")
-        raw = deep_merge(raw, variant)
-    config = build(schema, raw, source)
-    for dotted, value, origin in overrides:
-        config = set_path(config, dotted, value, origin)
+    argv = expand_short_flags(argv, short_flags or {})
+    defaults = load_yaml(defaults_path)
+    user_path = _flag_value(argv, "config")
+    user = load_yaml(user_path) if user_path is not None else {}
+    names = {}
+    for sel in selectors:
+        section, _, field_name = sel.key.rpartition(".")
+        name = _flag_value(argv, sel.key)
+        if name is None:
+            name = (deep_merge(defaults, user).get(section) or {}).get(field_name)
+        if name not in sel.choices:
+            raise ConfigError(f"--{sel.key}: unknown {sel.kind} {name!r}; choose one of: {', '.join(sel.choices)}")
+        names[section] = name
+    raw = deep_merge(apply_presets(defaults, names), apply_presets(user, names))
+    for sel in selectors:  # the chosen name, wherever it came from
+        section, _, field_name = sel.key.rpartition(".")
+        raw[section] = {**(raw.get(section) or {}), field_name: names[section]}
+    schema = make_schema(names)
+    parser = make_parser(schema, prog, description, short_flags or {})
+    try:
+        parser.set_defaults(dict(parser.parse_object(raw, defaults=True).items()))
+    except (ArgumentError, KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"{user_path or defaults_path}: {one_line(e, parser)}") from None
+    try:
+        ns = parser.parse_args(argv)
+    except (ArgumentError, TypeError, ValueError) as e:
+        raise ConfigError(one_line(e, parser)) from None
+    print_config = ns.pop("print_config")
+    ns.pop("config")
+    ns.pop("debug")
+    config = _instantiate(parser, schema, ns)
+    if print_config:
+        print(to_yaml(config), end="")
+        raise SystemExit(0)
     return config
 
 
+def from_dict(schema: type[C], data: dict[str, Any], source: str) -> C:
+    """``schema`` built from a saved config (a checkpoint's, or config.yaml's), checked as a YAML
+    file would be; ``source`` names it in errors."""
+    parser = make_parser(schema, None, None, {})
+    try:
+        ns = parser.parse_object(data)
+    except (ArgumentError, KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"{source}: {one_line(e, parser)}") from None
+    for key in ("config", "print_config", "debug"):
+        ns.pop(key)
+    return _instantiate(parser, schema, ns)
+
+
+def _instantiate(parser: ArgumentParser, schema: type[C], ns: Any) -> C:
+    try:
+        sections = parser.instantiate(ns)
+    except (ArgumentError, TypeError, ValueError) as e:
+        raise ConfigError(one_line(e, parser)) from None
+    return schema(**{f.name: sections[f.name] for f in dataclasses.fields(schema)})
+
+
+def make_parser(schema: type, prog: str | None, description: str | None,
+                short_flags: dict[str, str]) -> ArgumentParser:
+    """The jsonargparse parser of ``schema`` (a dataclass), with ``--config``, ``--print_config``
+    and ``--debug``."""
+    epilog = None
+    if short_flags:
+        epilog = "short forms: " + ", ".join(f"{k} = --{v}" for k, v in short_flags.items())
+    parser = ArgumentParser(prog=prog, description=description, epilog=epilog, exit_on_error=False,
+                            default_meta=False, allow_abbrev=False, print_config=None,
+                            usage="%(prog)s [--config FILE] [--section.key VALUE ...]")
+    parser.add_argument("--config", type=str, default=None,
+                        help="A YAML file merged over the defaults (flags override it).")
+    parser.add_argument("--print_config", action="store_true",
+                        help="Print the fully resolved config as YAML and exit.")
+    parser.add_argument("--debug", action="store_true",
+                        help="Show the full traceback of an error (or set DELTABEAST_DEBUG=1).")
+    parser.add_class_arguments(schema, nested_key=None, fail_untyped=True)
+    return parser
+
+
+def expand_short_flags(argv: list[str], short_flags: dict[str, str]) -> list[str]:
+    """``--total_steps 5`` -> ``--run.total_steps 5`` (also the ``--flag=value`` form)."""
+    out = []
+    for arg in argv:
+        flag, eq, value = arg.partition("=")
+        if flag in short_flags:
+            arg = f"--{short_flags[flag]}{eq}{value}"
+        out.append(arg)
+    return out
+
+
+def _flag_value(argv: list[str], key: str) -> str | None:
+    """The value of the last ``--key VALUE`` or ``--key=VALUE`` in ``argv``, else None."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == f"--{key}" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(f"--{key}="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
 def load_yaml(path: str) -> dict[str, Any]:
-    """The mapping in the YAML file ``path``; ConfigError if missing, malformed or not a mapping."""
+    """The mapping in the YAML file ``path``; ConfigError if it is missing, malformed or not a mapping."""
     if not os.path.isfile(path):
-        raise ConfigError(f"config file {path!r} does not exist")
+        raise ConfigError(f"--config: the file {path!r} does not exist")
     with open(path) as f:
         try:
             data = yaml.safe_load(f)
         except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: malformed YAML: {e}") from None
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ConfigError(f"{path}: malformed YAML{where}: {getattr(e, 'problem', None) or e}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of keys, got {type(data).__name__}")
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
     return data
 
 
 def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``base`` with ``update`` merged in, recursing into dicts present in both."""
+    """A copy of ``base`` with ``update`` merged in, recursing into mappings present in both."""
     out = copy.deepcopy(base)
     for key, value in update.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
@@ -101,207 +193,191 @@ def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def build(schema: type[C], raw: dict[str, Any], source: str, prefix: str = "") -> C:
-    """Instantiate ``schema`` from the nested dict ``raw``, checking every key and type."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: {prefix.rstrip('.') or 'config'} must be a mapping, got {raw!r}")
-    fields, hints = _fields(schema)
-    values = {}
-    for key, value in raw.items():
-        if key not in fields:
-            raise ConfigError(f"{source}: unknown key {prefix + key!r}; valid keys: {_valid(schema, prefix)}")
-        tp = hints[key]
-        if _is_section(tp):
-            values[key] = build(tp, value or {}, source, f"{prefix}{key}.")
-        else:
-            values[key] = check_type(value, tp, f"{source}: {prefix}{key}")
-    return schema(**values)
+def apply_presets(raw: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """Merge ``raw["presets"][section][name]`` over ``raw`` for each chosen ``section: name``, in
+    the order of ``names``; a preset's own ``presets`` (a task's per-core defaults) are merged
+    into the table first, so that they apply for the later selectors."""
+    raw = dict(raw)
+    presets = raw.pop("presets", None) or {}
+    for section, name in names.items():
+        chosen = dict((presets.get(section) or {}).get(name) or {})
+        presets = deep_merge(presets, chosen.pop("presets", None) or {})
+        raw = deep_merge(raw, chosen)
+    return raw
 
 
-def set_path(config: C, dotted: str, value: Any, origin: str) -> C:
-    """A copy of ``config`` with the field or dict entry at ``dotted`` set to ``value``."""
-    head, _, rest = dotted.partition(".")
-    fields, hints = _fields(type(config))
-    if head not in fields:
-        raise ConfigError(f"{origin}: unknown key {dotted!r}; valid keys: {_valid(type(config), '')}")
-    tp = hints[head]
-    if _is_section(tp):
-        if not rest:
-            raise ConfigError(f"{origin}: {head!r} is a section; set one of its keys: {_valid(tp, head + '.')}")
-        new = set_path(getattr(config, head), rest, value, origin)
-    elif rest:
-        current = getattr(config, head)
-        if not isinstance(current, dict):
-            raise ConfigError(f"{origin}: {head!r} is not a section or mapping, cannot set {dotted!r}")
-        new = _set_in_dict(current, rest.split("."), value)
-    else:
-        new = check_type(value, tp, f"{origin}: {dotted}")
-    return dataclasses.replace(config, **{head: new})
+def options_dataclass(cls: type, name: str, skip: tuple[str, ...] = (), doc: str = "",
+                      defaults: dict[str, Any] | None = None) -> type:
+    """A dataclass of the keyword options of ``cls.__init__`` (types, defaults and, from the
+    ``Args:`` section of its docstring, descriptions), less those in ``skip``. A class may
+    narrow a ``str`` option to a list of choices with ``option_choices() -> {option: names}``.
+
+    Envs and tasks keep their options as typed keyword arguments; this turns them into a
+    config section without writing each option twice.
+    """
+    import docstring_parser
+
+    hints = typing.get_type_hints(cls.__init__)
+    descriptions = {p.arg_name: p.description for p in docstring_parser.parse(cls.__init__.__doc__ or "").params}
+    choices = cls.option_choices() if hasattr(cls, "option_choices") else {}
+    fields, lines = [], []
+    for p in inspect.signature(cls.__init__).parameters.values():
+        if p.name == "self" or p.name in skip or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        default = (defaults or {}).get(p.name, p.default)
+        tp = Literal[tuple(choices[p.name])] if p.name in choices else hints[p.name]
+        fields.append((p.name, tp, dataclasses.field(default=default)))
+        lines.append(f"    {p.name}: {' '.join((descriptions.get(p.name) or '').split())}")
+    section = dataclasses.make_dataclass(name, fields)
+    section.__doc__ = f"{doc}\n\nAttributes:\n" + "\n".join(lines)
+    section.__module__ = cls.__module__
+    return section
+
+
+def named_section(base: type, name: str, choices: tuple[str, ...], kind: str, selectable: bool = True) -> type:
+    """``base`` (an options dataclass) with a first field ``name: Literal[name]``, so that the
+    name and its options form one section (``core: {name: delta, hidden_size: 64}``)."""
+    section = dataclasses.make_dataclass(
+        f"{name.title().replace('_', '')}{kind.title()}", [("name", Literal[name], dataclasses.field(default=name))],
+        bases=(base,))
+    first = (base.__doc__ or "").strip().split("\n")[0]
+    how = f" (--{kind} NAME --help lists that {kind}'s options)" if selectable else " (fixed by the entry point)"
+    section.__doc__ = (f"{kind.title()} {name!r}: {first}\n\nAttributes:\n    name: The {kind}, one of: "
+                       f"{', '.join(choices)}{how}.")
+    section.__module__ = base.__module__
+    return section
+
+
+@functools.cache
+def core_section(name: str) -> type:
+    """The ``core`` section for core ``name``: its ``Config`` dataclass, plus ``name``."""
+    from fastnet.registry import CORES, core_class
+
+    return named_section(core_class(name).Config, name, tuple(CORES), "core")
+
+
+@functools.cache
+def env_section(name: str) -> type:
+    """The ``env`` section for env ``name``: the keyword options of its class, plus ``name``."""
+    import envs
+
+    cls = envs.env_class(name)
+    doc = (cls.__doc__ or "").strip().split("\n")[0]
+    return named_section(options_dataclass(cls, f"{cls.__name__}Options", ("num_envs", "seed"), doc), name,
+                         tuple(envs.ENVS), "env", selectable=False)
+
+
+@functools.cache
+def task_section(name: str) -> type:
+    """The ``task`` section for task ``name``: its generator's keyword options (less those the task
+    name fixes, such as retrieval1's setting), plus ``name``."""
+    from envs.tasks import TASKS
+
+    cls, fixed = TASKS[name]
+    doc = (cls.__doc__ or "").strip().split("\n")[0]
+    return named_section(options_dataclass(cls, f"{cls.__name__}Options", ("seed", *fixed), doc), name,
+                         tuple(TASKS), "task")
+
+
+def options(section: Any) -> dict[str, Any]:
+    """The fields of a named section as keyword options, less its ``name``."""
+    return {k: v for k, v in dataclasses.asdict(section).items() if k != "name"}
 
 
 def to_dict(config: Any) -> dict[str, Any]:
     """The config as plain nested dicts (for YAML dumps and checkpoints)."""
-    return dataclasses.asdict(config)
+    return _plain(dataclasses.asdict(config))
+
+
+def _plain(value: Any) -> Any:
+    """Built-in types only (jsonargparse's restricted numbers are float/int subclasses)."""
+    if isinstance(value, dict):  # a named section's name first: core: {name: delta, ...}
+        return {k: _plain(value[k]) for k in sorted(value, key=lambda k: k != "name")}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    for tp in (bool, int, float, str):
+        if isinstance(value, tp):
+            return tp(value)
+    return value
+
+
+def to_yaml(config: Any) -> str:
+    return yaml.safe_dump(to_dict(config), sort_keys=False)
 
 
 def save_yaml(config: Any, path: str) -> None:
     """Write the resolved config to ``path`` as YAML (atomically)."""
-    atomic_write_text(path, yaml.safe_dump(to_dict(config), sort_keys=False))
+    atomic_write_text(path, to_yaml(config))
 
 
-def check_ranges(config: Any, positive: tuple[str, ...] = (), non_negative: tuple[str, ...] = ()) -> None:
-    """ConfigError naming every dotted setting of ``config`` outside its range (None passes):
-    settings that would otherwise hang a run (0 actors) or quietly spoil it (a negative clip)."""
-    bad = []
-    for key in positive + non_negative:
-        value = config
-        for name in key.split("."):
-            value = getattr(value, name)
-        strict = key in positive
-        if value is not None and (value <= 0 if strict else value < 0):
-            bad.append(f"{key} must be {'>' if strict else '>='} 0, got {value!r}")
-    if bad:
-        raise ConfigError("; ".join(bad))
+def check(condition: bool, key: str, message: str) -> None:
+    """ConfigError ``"key: message"`` unless ``condition`` (for checks across fields)."""
+    if not condition:
+        raise ConfigError(f"{key}: {message}")
 
 
-def check_type(value: Any, tp: Any, where: str) -> Any:
-    """``value`` if it has type ``tp``, else ConfigError. Ints and numeric strings ("1e-3")
-    pass as floats and become floats.
+# ---------------------------------------------------------------- one-line errors
 
-    Understands bool/int/float/str, ``Literal``, ``Optional``, ``list[X]`` and ``dict[K, V]``.
-    """
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is Any:
-        return value
-    if origin is typing.Literal:
-        if value not in args:
-            raise ConfigError(f"{where} must be one of {list(args)}, got {value!r}")
-        return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        if len(inner) == 1:
-            return check_type(value, inner[0], where)
-        for a in inner:
-            try:
-                return check_type(value, a, where)
-            except ConfigError:
-                pass
-        raise ConfigError(f"{where} must be {_type_name(tp)}, got {type(value).__name__} {value!r}")
-    if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where} must be a list, got {type(value).__name__} {value!r}")
-        item = args[0] if args else Any
-        return [check_type(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict or tp is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where} must be a mapping, got {type(value).__name__} {value!r}")
-        vt = args[1] if args else Any
-        return {k: check_type(v, vt, f"{where}.{k}") for k, v in value.items()}
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if tp is float and isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    if isinstance(value, bool) and tp is not bool:
-        raise ConfigError(f"{where} must be {_type_name(tp)}, got bool {value!r}")
-    if not isinstance(value, tp):
-        raise ConfigError(f"{where} must be {_type_name(tp)}, got {type(value).__name__} {value!r}")
-    return value
+_RESTRICTION = re.compile(r"Not of type (\w+): (.*) does not conform to restriction (.*)")
+_NOT_OF_TYPE = re.compile(r"Not of type (\w+): .*?'(.*)'")
+_TYPES = {"PositiveInt": "an integer > 0", "NonNegativeInt": "an integer >= 0", "PositiveFloat": "a number > 0",
+          "NonNegativeFloat": "a number >= 0", "ClosedUnitInterval": "a number in [0, 1]",
+          "OpenUnitInterval": "a number in (0, 1)", "int": "an integer", "float": "a number", "bool": "true or false"}
+_LITERAL = re.compile(r"Expected a typing\.Literal\[(.*)\]\. Got value: (.*)")
+_EXPECTED = re.compile(r"Expected a <class '(\w+)'>\. Got value: (.*)")
+_RESTRICTIONS = {"v>0": "must be > 0", "v>=0": "must be >= 0", "v>=0 and v<=1": "must be in [0, 1]",
+                 "v>0 and v<1": "must be in (0, 1)"}
 
 
-def _split_argv(schema: type, argv: list[str], default_path: str | None) -> tuple[str | None, list]:
-    """(config path, [(dotted key, parsed value, flag text)]) from the command line."""
-    path, overrides, i = default_path, [], 0
-    unique = _unique_keys(schema)
-    while i < len(argv):
-        flag = argv[i]
-        if flag in ("-h", "--help"):
-            print(_usage(schema, unique))
-            raise SystemExit(0)
-        if not flag.startswith("--"):
-            raise ConfigError(f"unexpected argument {flag!r}; use --key value or --set section.key=value")
-        name, eq, inline = flag[2:].partition("=")
-        if eq:
-            text, i = inline, i + 1
-        elif i + 1 < len(argv):
-            text, i = argv[i + 1], i + 2
-        else:
-            raise ConfigError(f"{flag} needs a value")
-        if name == "config":
-            path = text
-        elif name == "set":
-            key, eq, val = text.partition("=")
-            if not eq or not key:
-                raise ConfigError(f"--set {text!r}: expected section.key=value")
-            overrides.append((key, _parse_value(val), f"--set {text}"))
-        elif name in unique:
-            overrides.append((unique[name], _parse_value(text), f"--{name}"))
-        else:
-            raise ConfigError(f"unknown flag --{name}; flags: --config, --set, "
-                              + ", ".join(f"--{k}" for k in unique))
-    return path, overrides
+def one_line(error: BaseException, parser: ArgumentParser) -> str:
+    """jsonargparse's (often multi-line) message as one line that names the key and what is allowed."""
+    text = str(error)
+    if m := re.match(r'Parser key "([^"]+)":\s*(.*)', text, re.S):
+        key, detail = m.group(1), m.group(2).strip().split("\n")[0].strip()
+        if r := _RESTRICTION.search(detail):
+            return f"--{key}: {_RESTRICTIONS.get(r.group(3), 'must satisfy ' + r.group(3))}, got {r.group(2)}"
+        if r := _NOT_OF_TYPE.search(detail):
+            return f"--{key}: expected {_TYPES.get(r.group(1), r.group(1))}, got {r.group(2)!r}"
+        if r := _LITERAL.search(detail):
+            return f"--{key}: expected one of {r.group(1)}; got {r.group(2)!r}"
+        if r := _EXPECTED.search(detail):
+            return f"--{key}: expected {_TYPES.get(r.group(1), r.group(1))}, got {r.group(2)!r}"
+        return f"--{key}: {' '.join(detail.split())}"
+    if m := re.search(r"Group '([^']+)' does not accept option '([^']+)'", text):
+        return f"unknown key {m.group(1)}.{m.group(2)}; valid keys of {m.group(1)}: {_keys(parser, m.group(1))}"
+    if m := re.search(r"Key '([^']+)' is not expected", text):
+        return f"unknown key {m.group(1)}; valid top-level keys: {_keys(parser, '')}"
+    if m := re.search(r"unrecognized arguments: (\S+)", text):
+        flag = m.group(1).split("=")[0]
+        section = flag[2:].rpartition(".")[0] if flag.startswith("--") else ""
+        return f"unknown option {flag}; valid keys{' of ' + section if section else ''}: {_keys(parser, section)}"
+    return " ".join(text.split())
 
 
-def _parse_value(text: str) -> Any:
+def _keys(parser: ArgumentParser, section: str) -> str:
+    """The keys directly under ``section`` ("" = top level) that the parser knows."""
+    prefix = f"{section}." if section else ""
+    keys = []
+    for action in parser._actions:
+        dest = action.dest
+        if dest.startswith(prefix) and dest not in ("help", "config", "debug") and not dest.startswith("print_"):
+            head = dest[len(prefix):].split(".")[0]
+            if head and head not in keys:
+                keys.append(head)
+    return ", ".join(keys) or "(none)"
+
+
+def exit_on_error(run: Callable[[], C], debug: bool | None = None) -> C:
+    """``run()``; a :class:`agents.errors.UserError` prints its one line on stderr and exits with its code
+    (2 for bad input, 1 for a runtime failure). ``--debug`` on the command line, or the environment
+    variable ``DELTABEAST_DEBUG=1``, re-raises it with the traceback."""
+    from agents.errors import UserError
+
+    debug = debug if debug is not None else os.environ.get("DELTABEAST_DEBUG", "") not in ("", "0")
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-
-
-def _unique_keys(schema: type) -> dict[str, str]:
-    """Map each field name that occurs once among top-level scalars and section fields to its path."""
-    seen: dict[str, list[str]] = {}
-    fields, hints = _fields(schema)
-    for name in fields:
-        if _is_section(hints[name]):
-            for sub in _fields(hints[name])[0]:
-                seen.setdefault(sub, []).append(f"{name}.{sub}")
-        else:
-            seen.setdefault(name, []).append(name)
-    return {k: v[0] for k, v in seen.items() if len(v) == 1}
-
-
-def _usage(schema: type, unique: dict[str, str]) -> str:
-    lines = ["options: --config FILE, --set section.key=value, or --key value for any of:"]
-    lines += [f"  --{k:<24} ({path})" for k, path in unique.items()]
-    return "\n".join(lines)
-
-
-def _set_in_dict(d: dict, keys: list[str], value: Any) -> dict:
-    out = dict(d)
-    if len(keys) == 1:
-        out[keys[0]] = value
-    else:
-        inner = out.get(keys[0], {})
-        out[keys[0]] = _set_in_dict(inner if isinstance(inner, dict) else {}, keys[1:], value)
-    return out
-
-
-def _fields(schema: type) -> tuple[dict[str, dataclasses.Field], dict[str, Any]]:
-    return {f.name: f for f in dataclasses.fields(schema)}, typing.get_type_hints(schema)
-
-
-def _is_section(tp: Any) -> bool:
-    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
-
-
-def _default_of(schema: type, name: str) -> Any:
-    return getattr(schema(), name)
-
-
-def _valid(schema: type, prefix: str) -> str:
-    fields, hints = _fields(schema)
-    return ", ".join(f"{prefix}{n} ({_type_name(hints[n])})" for n in fields)
-
-
-def _type_name(tp: Any) -> str:
-    if _is_section(tp):
-        return "section"
-    if typing.get_origin(tp) is typing.Literal:
-        return " | ".join(repr(a) for a in typing.get_args(tp))
-    return getattr(tp, "__name__", str(tp).replace("typing.", ""))
+        return run()
+    except UserError as e:
+        if debug:
+            raise
+        print(f"{e.label}: {e}", file=sys.stderr)
+        raise SystemExit(e.exit_code) from None

@@ -1,4 +1,4 @@
-"""The IMPALA learner: config schema, loss on a batch of unrolls, and the training loop.
+"""The IMPALA learner: its config tree, the loss on a batch of unrolls, and the training loop.
 
 The learner re-runs every unroll from the core state stored at its start, in sequence mode
 (one ``core.forward`` over the T+1 steps), so the gradient flows through the fast weights
@@ -9,8 +9,8 @@ the carried state, as the official code does. V-trace and the loss follow Espeho
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
-import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -18,109 +18,140 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, PositiveFloat, PositiveInt
+from torch import Tensor
 
 from agents.actor import ActorError, ActorPool
-from agents.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from agents.config import check_ranges, save_yaml, to_dict
+from agents.config import check, core_section, env_section, from_dict, options
+from agents.errors import ConfigError
 from agents.logger import Logger, RecentMean
-from agents.network import AgentNet
+from agents.network import AgentNet, MLPNetworkConfig, NetworkConfig, ResNetNetworkConfig
+from agents.training import OptimConfig, RunConfig, Trainer, resolve_device
 from agents.vtrace import impala_losses, total_loss
-from fastnet.feature_maps import redraw_random_features
 
 
 @dataclass
-class EnvConfig:
-    name: str = "maze"
-    options: dict[str, Any] = field(default_factory=dict)  # keyword options of envs.make
+class RLRunConfig(RunConfig):
+    """The run: seed, device, budget, run directory."""
+
+    total_steps: PositiveInt = 1_000_000
+    """Environment steps to train for (the lr decays to 0 over them if optim.lr_decay)."""
 
 
 @dataclass
 class ActorConfig:
-    num_actors: int = 2
-    envs_per_actor: int = 64
-    unroll_length: int = 20  # T: the learner's backpropagation span
-    start_method: Literal["fork", "spawn", "forkserver"] = "fork"  # fork starts fastest (as monobeast)
+    """The actor processes, which step the envs with a CPU copy of the policy."""
 
-
-@dataclass
-class NetworkConfig:
-    stem: str = "mlp"
-    stem_options: dict[str, Any] = field(default_factory=dict)
-    reward_clip: float | None = None  # clip rewards to ±this for the input and the loss; None = raw
-    prev_action: bool = True  # feed the one-hot previous action to the core
+    num_actors: PositiveInt = 2
+    """Actor processes."""
+    envs_per_actor: PositiveInt = 64
+    """Envs each actor steps as one batch (learner.batch_size must be a multiple of it)."""
+    unroll_length: PositiveInt = 20
+    """T: steps per unroll, the learner's backpropagation span."""
+    start_method: Literal["fork", "spawn", "forkserver"] = "fork"
+    """How actor processes start (fork starts fastest; a CUDA learner needs spawn or forkserver)."""
 
 
 @dataclass
 class LearnerConfig:
-    batch_size: int = 128  # trajectories per update; a multiple of actor.envs_per_actor
-    discount: float = 0.9
-    baseline_cost: float = 0.5
-    entropy_cost: float = 0.01
-    rho_bar: float = 1.0
-    c_bar: float = 1.0
+    """The learner's batches."""
+
+    batch_size: PositiveInt = 128
+    """Trajectories (unrolls of one env) per update; a multiple of actor.envs_per_actor."""
     truncate_per_step: bool = False
-    aux_loss_weights: dict[str, float] = field(default_factory=dict)  # weight per core aux loss; default 1
-    num_threads: int = 1  # torch threads of the learner process
+    """Step the core one step at a time and detach its state (the official code); else backprop through the unroll."""
 
 
 @dataclass
-class OptimConfig:
-    name: Literal["rmsprop", "adam"] = "rmsprop"
-    lr: float = 6e-4
-    eps: float = 0.01
-    alpha: float = 0.99  # RMSProp smoothing
-    momentum: float = 0.0  # RMSProp momentum
-    grad_clip: float = 40.0  # max global gradient norm (0 = no clipping)
-    lr_decay: bool = True  # decay the learning rate linearly to 0 at total_steps
+class LossConfig:
+    """The IMPALA loss (Espeholt et al., 2018, Eqs. 1-4) and the cores' auxiliary losses."""
+
+    discount: ClosedUnitInterval = 0.9
+    """γ."""
+    baseline_cost: NonNegativeFloat = 0.5
+    """Weight of the baseline (value) loss."""
+    entropy_cost: NonNegativeFloat = 0.01
+    """Weight of the entropy bonus."""
+    rho_bar: PositiveFloat = 1.0
+    """V-trace's ρ̄, the clip of the importance weights in the targets."""
+    c_bar: NonNegativeFloat = 1.0
+    """V-trace's c̄, the clip of the trace-cutting weights."""
+    aux_loss_weights: dict[str, float] = field(default_factory=dict)
+    """Weight of each core auxiliary loss by name (MNM: meta); a loss not listed has weight 1."""
 
 
 @dataclass
 class LogConfig:
-    return_window: int = 100  # mean return over this many recent episodes
-    print_every_s: float = 5.0
+    """Progress line, CSV and TensorBoard."""
+
+    return_window: PositiveInt = 100
+    """Report the mean return over this many recent episodes."""
+    print_every_s: NonNegativeFloat = 5.0
+    """Seconds between progress lines."""
     tensorboard: bool = True
+    """Also write TensorBoard scalars to run_dir/tb."""
 
 
 @dataclass
 class CheckpointConfig:
-    interval_minutes: float = 5.0
-    milestones: list[int] = field(default_factory=list)  # also keep checkpoint-<step>.pt at these steps
+    """Checkpoints for resuming, and milestones for evaluation."""
+
+    interval_minutes: PositiveFloat = 5.0
+    """Minutes between checkpoint.pt writes."""
+    milestones: list[int] = field(default_factory=list)
+    """Also keep checkpoint-<step>.pt at the first update past each of these steps."""
 
 
 @dataclass
 class TrainConfig:
-    core: str = "lstm"
-    device: str = "cpu"
-    seed: int = 0
-    total_steps: int = 1_000_000  # environment steps
-    run_dir: str = "runs/{env}-{core}"  # {env} and {core} are filled in
-    core_options: dict[str, Any] = field(default_factory=dict)  # make_core options
-    core_defaults: dict[str, Any] = field(default_factory=dict)  # per-core overrides of any section
-    env: EnvConfig = field(default_factory=EnvConfig)
+    """IMPALA training of an agent with a memory core."""
+
+    core: Any = field(default_factory=lambda: core_section("lstm")())
+    """The memory core and its options."""
+    run: RLRunConfig = field(default_factory=RLRunConfig)
+    env: Any = field(default_factory=lambda: env_section("maze")())
+    """The environment and its options."""
     actor: ActorConfig = field(default_factory=ActorConfig)
-    network: NetworkConfig = field(default_factory=NetworkConfig)
+    network: NetworkConfig = field(default_factory=MLPNetworkConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr_decay=True))
     log: LogConfig = field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     def resolved_run_dir(self) -> str:
-        return self.run_dir.format(env=self.env.name, core=self.core)
+        return self.run.run_dir.format(env=self.env.name, core=self.core.name, game=getattr(self.env, "game", ""))
 
 
-def resolve_device(name: str) -> torch.device:
-    """``torch.device(name)``, with a clear error if CUDA is asked for but unavailable."""
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"--device {name} was asked for, but CUDA is not available "
-                           f"(torch {torch.__version__}, built with CUDA {torch.version.cuda}); use --device cpu")
-    return device
+# The network (stem) each env's observations take.
+NETWORKS: dict[str, type] = {"maze": MLPNetworkConfig, "atari": ResNetNetworkConfig}
+
+
+def rl_schema(env: str, core: str) -> type:
+    """The config dataclass of an entry point: TrainConfig with typed ``core``, ``env`` and ``network``."""
+    network = NETWORKS[env]
+    return dataclasses.make_dataclass(
+        "TrainConfig", [("core", core_section(core), field(default_factory=core_section(core))),
+                        ("env", env_section(env), field(default_factory=env_section(env))),
+                        ("network", network, field(default_factory=network))],
+        bases=(TrainConfig,), namespace={"__doc__": TrainConfig.__doc__})
+
+
+def config_from_dict(data: dict[str, Any], source: str) -> TrainConfig:
+    """The TrainConfig saved in a checkpoint (``payload["config"]``)."""
+    return from_dict(rl_schema(data["env"]["name"], data["core"]["name"]), data, source)
+
+
+def check_config(cfg: TrainConfig) -> None:
+    """ConfigError for settings that are valid alone but not together."""
+    check(cfg.learner.batch_size % cfg.actor.envs_per_actor == 0, "learner.batch_size",
+          f"{cfg.learner.batch_size} must be a multiple of actor.envs_per_actor ({cfg.actor.envs_per_actor}), "
+          "the trajectories an actor fills at once")
 
 
 def build_model(cfg: TrainConfig, observation_shape: tuple[int, ...], num_actions: int) -> AgentNet:
-    return AgentNet(observation_shape, num_actions, cfg.core, cfg.core_options, stem=cfg.network.stem,
-                    stem_options=cfg.network.stem_options, reward_clip=cfg.network.reward_clip,
+    return AgentNet(observation_shape, num_actions, cfg.core.name, options(cfg.core), stem=cfg.network.stem,
+                    stem_options=cfg.network.stem_options(), reward_clip=cfg.network.reward_clip,
                     prev_action=cfg.network.prev_action)
 
 
@@ -133,10 +164,10 @@ def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig) ->
     losses (means over steps, e.g. MNM's meta loss) are multiplied by the T·N samples so that
     an aux weight of 1 weighs them per sample like the summed IMPALA terms.
     """
-    lc = cfg.learner
+    lc = cfg.loss
     state = tuple(batch[f"state_{i}"] for i in range(sum(k.startswith("state_") for k in batch)))
     logits, baseline, _, aux = model(batch["obs"], batch["reward"], batch["action"], batch["done"], state,
-                                     truncate_per_step=lc.truncate_per_step)
+                                     truncate_per_step=cfg.learner.truncate_per_step)
     rewards = batch["reward"][1:]
     if cfg.network.reward_clip is not None:
         rewards = rewards.clamp(-cfg.network.reward_clip, cfg.network.reward_clip)
@@ -147,21 +178,6 @@ def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig) ->
     loss = total_loss(losses, lc.baseline_cost, lc.entropy_cost, {k: num_samples * v for k, v in aux.items()},
                       lc.aux_loss_weights)
     return loss, {**losses, **{f"aux_{k}": v for k, v in aux.items()}}
-
-
-def make_optimizer(cfg: TrainConfig, params: Any, steps_per_update: int) -> tuple[torch.optim.Optimizer, Any]:
-    """RMSProp or Adam, and a LambdaLR decaying the lr linearly to 0 at ``total_steps`` (if ``lr_decay``)."""
-    oc = cfg.optim
-    if oc.name == "rmsprop":
-        opt = torch.optim.RMSprop(params, lr=oc.lr, alpha=oc.alpha, eps=oc.eps, momentum=oc.momentum)
-    else:
-        opt = torch.optim.Adam(params, lr=oc.lr, eps=oc.eps)
-    total = cfg.total_steps
-
-    def factor(update: int) -> float:
-        return 1.0 - min(update * steps_per_update, total) / total if oc.lr_decay else 1.0
-
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
 class GracefulStop:
@@ -190,46 +206,25 @@ class GracefulStop:
 PROGRESS_KEYS = ("sps", "mean_return", "loss", "pg_loss", "baseline_loss", "entropy", "learner_wait")
 
 
-def learn(model: AgentNet, optimizer: torch.optim.Optimizer, scheduler: Any, batch: dict[str, Tensor],
-          cfg: TrainConfig, device: torch.device) -> dict[str, float]:
-    """One update on ``batch``: loss, backward, gradient-norm clipping, optimiser and lr steps."""
-    batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-    redraw_random_features(model)
-    loss, terms = compute_loss(model, batch, cfg)
-    optimizer.zero_grad()
-    loss.backward()
-    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip or math.inf)
-    optimizer.step()
-    lr = scheduler.get_last_lr()[0]
-    scheduler.step()
-    return {"loss": loss.item(), **{k: v.item() for k, v in terms.items()}, "grad_norm": grad_norm.item(), "lr": lr}
-
-
-# Settings a resumed run may change (a longer budget, more actors, other logging); any other
-# difference from the checkpoint's config is an error (agents.checkpoint.check_same_run).
-RESUMABLE_CHANGES = ("total_steps", "device", "run_dir", "core_defaults", "actor.num_actors", "actor.start_method",
-                     "learner.num_threads", "log", "checkpoint")
-
-
 def train(cfg: TrainConfig) -> dict[str, Any]:
-    """Train until ``total_steps`` environment steps, resuming from ``run_dir`` if it holds a checkpoint.
+    """Train until ``run.total_steps`` environment steps, resuming from the run directory if it
+    holds a checkpoint (and ``run.resume``).
 
     Returns the final counters, the mean recent return and the SPS from the first update to the end
     (leaving out the start-up).
     """
     import envs
 
-    check_ranges(cfg, positive=("total_steps", "actor.num_actors", "actor.envs_per_actor", "actor.unroll_length",
-                                "learner.batch_size", "learner.rho_bar", "learner.num_threads", "network.reward_clip",
-                                "log.return_window"),
-                 non_negative=("learner.c_bar", "optim.lr", "optim.grad_clip", "checkpoint.interval_minutes"))
-    if cfg.learner.batch_size % cfg.actor.envs_per_actor:
-        raise ValueError(f"learner.batch_size ({cfg.learner.batch_size}) must be a multiple of "
-                         f"actor.envs_per_actor ({cfg.actor.envs_per_actor})")
-    device = resolve_device(cfg.device)
-    torch.set_num_threads(cfg.learner.num_threads)
-    torch.manual_seed(cfg.seed)
-    probe = envs.make(cfg.env.name, num_envs=1, seed=cfg.seed, **cfg.env.options)
+    check_config(cfg)
+    device = resolve_device(cfg.run.device)
+    if cfg.run.num_threads:
+        torch.set_num_threads(cfg.run.num_threads)
+    torch.manual_seed(cfg.run.seed)
+    env_options = options(cfg.env)
+    try:
+        probe = envs.make(cfg.env.name, num_envs=1, seed=cfg.run.seed, **env_options)
+    except ValueError as e:
+        raise ConfigError(f"env: {e}") from None
     obs_shape, num_actions = tuple(probe.observation_shape), probe.num_actions
     obs_dtype = torch.from_numpy(probe.reset()).dtype
     probe.close()
@@ -237,34 +232,27 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     model = build_model(cfg, obs_shape, num_actions).to(device)
     actor_model = build_model(cfg, obs_shape, num_actions)
     steps_per_update = cfg.learner.batch_size * cfg.actor.unroll_length
-    optimizer, scheduler = make_optimizer(cfg, model.parameters(), steps_per_update)
-
     run_dir = cfg.resolved_run_dir()
-    os.makedirs(run_dir, exist_ok=True)
+    trainer = Trainer(model, cfg.optim, cfg.run.total_steps / steps_per_update, run_dir, cfg)
     counters = {"step": 0, "updates": 0, "episodes": 0}
     returns = RecentMean(cfg.log.return_window)
-    ckpt = latest_checkpoint(run_dir)
-    if ckpt is not None:
-        payload = load_checkpoint(ckpt, model, optimizer, scheduler, map_location=device, config=cfg,
-                                  may_change=RESUMABLE_CHANGES)
+    payload = trainer.resume(device, cfg.run.resume)
+    if payload is not None:
         counters.update(payload["counters"])
-        returns.extend(payload.get("recent_returns", []))  # absent in checkpoints of older versions
-        print(f"resuming from {ckpt} at step {counters['step']:,}", flush=True)
-    save_yaml(cfg, os.path.join(run_dir, "config.yaml"))
+        returns.extend(payload["recent_returns"])
     actor_model.load_state_dict(model.state_dict())
     actor_model.share_memory()
 
-    seeds = [int(np.random.SeedSequence([cfg.seed, i, counters["step"]]).generate_state(1)[0])
+    seeds = [int(np.random.SeedSequence([cfg.run.seed, i, counters["step"]]).generate_state(1)[0])
              for i in range(cfg.actor.num_actors)]
     logger = Logger(run_dir, resume_step=counters["step"], tensorboard=cfg.log.tensorboard,
                     print_every_s=cfg.log.print_every_s)
     milestones = sorted(m for m in cfg.checkpoint.milestones if m > counters["step"])
 
     def checkpoint(milestone: bool = False) -> None:
-        save_checkpoint(run_dir, model=model, optimizer=optimizer, scheduler=scheduler, counters=counters,
-                        config=to_dict(cfg), milestone=milestone, recent_returns=list(returns.values))
+        trainer.save(counters, milestone=milestone, recent_returns=list(returns.values))
 
-    pool = ActorPool(actor_model, cfg.env.name, cfg.env.options, cfg.actor.num_actors, cfg.actor.envs_per_actor,
+    pool = ActorPool(actor_model, cfg.env.name, env_options, cfg.actor.num_actors, cfg.actor.envs_per_actor,
                      cfg.actor.unroll_length, cfg.learner.batch_size // cfg.actor.envs_per_actor,
                      obs_shape, obs_dtype, seeds, cfg.actor.start_method)
     model.train()
@@ -273,13 +261,14 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     waited, first = 0.0, None
     try:
         with pool, GracefulStop() as stop:
-            while counters["step"] < cfg.total_steps and not stop.requested():
+            while counters["step"] < cfg.run.total_steps and not stop.requested():
                 t0 = time.time()
                 batch = pool.get_batch(stop.requested)
                 if batch is None:
                     break
                 waited += time.time() - t0
-                metrics = learn(model, optimizer, scheduler, batch, cfg, device)
+                batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+                metrics = trainer.update(lambda: compute_loss(model, batch, cfg))
                 actor_model.load_state_dict(model.state_dict())
 
                 done = batch["done"][1:]
@@ -294,7 +283,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                            "learner_wait": (wait_b - wait_a) / (t_b - t_a) if t_b > t_a else math.nan,
                            "mean_return": returns.mean(), "episodes": counters["episodes"], **metrics}
                 logger.log(counters["step"], metrics)
-                logger.progress(counters["step"], {k: metrics[k] for k in PROGRESS_KEYS})
+                logger.progress(counters["step"], {k: metrics[k] for k in PROGRESS_KEYS},
+                                force=bool(metrics["nonfinite"]))
                 if milestones and counters["step"] >= milestones[0]:
                     while milestones and counters["step"] >= milestones[0]:
                         milestones.pop(0)

@@ -7,16 +7,19 @@ belong to the last episode, so they are zeroed, as the core state is.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from jsonargparse.typing import PositiveFloat
+
+from agents.resnet import ResNetStem
 from fastnet import make_core
-from fastnet.registry import build_config
 from fastnet.state import State
 
 
@@ -25,7 +28,10 @@ class MLPStem(nn.Module):
 
     @dataclass
     class Config:
-        hidden_sizes: list = field(default_factory=lambda: [64])
+        """A multilayer perceptron on the flattened observation."""
+
+        hidden_sizes: list[int] = field(default_factory=lambda: [64])
+        """Units of each Linear + ReLU layer."""
 
     def __init__(self, observation_shape: tuple[int, ...], config: Config):
         super().__init__()
@@ -46,10 +52,45 @@ def make_stem(name: str, observation_shape: tuple[int, ...], **cfg: Any) -> nn.M
     if name == "mlp":
         cls = MLPStem
     elif name == "resnet":
-        from agents.resnet import ResNetStem as cls
+        cls = ResNetStem
     else:
         raise ValueError(f"unknown stem {name!r}; valid stems: mlp, resnet")
-    return cls(tuple(observation_shape), build_config(cls.Config, cfg, f"stem {name!r}"))
+    fields = [f.name for f in dataclasses.fields(cls.Config)]
+    unknown = sorted(set(cfg) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown option {unknown[0]!r} for stem {name!r}; valid options: {', '.join(fields)}")
+    return cls(tuple(observation_shape), cls.Config(**cfg))
+
+
+@dataclass
+class NetworkConfig:
+    """The agent's inputs besides the observation (Espeholt et al., 2018, Fig. 3)."""
+
+    reward_clip: Optional[PositiveFloat] = None
+    """Clip rewards to ±this for the core input and the loss (null: the raw reward)."""
+    prev_action: bool = True
+    """Feed the one-hot previous action to the core."""
+
+    stem: ClassVar[str]
+
+    def stem_options(self) -> dict[str, Any]:
+        """The stem's own fields, as keyword options of :func:`make_stem`."""
+        own = {f.name for f in dataclasses.fields(NetworkConfig)}
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in own}
+
+
+@dataclass
+class MLPNetworkConfig(NetworkConfig, MLPStem.Config):
+    """The network: an MLP stem on the flattened observation, and the core's other inputs."""
+
+    stem: ClassVar[str] = "mlp"
+
+
+@dataclass
+class ResNetNetworkConfig(NetworkConfig, ResNetStem.Config):
+    """The network: the IMPALA ResNet stem on image observations, and the core's other inputs."""
+
+    stem: ClassVar[str] = "resnet"
 
 
 class AgentNet(nn.Module):
@@ -99,3 +140,20 @@ class AgentNet(nn.Module):
         else:
             y, state, aux = self.core(x, state, done)
         return self.policy(y), self.baseline(y).squeeze(-1), state, aux
+
+    @torch.no_grad()
+    def act(self, obs: Tensor, prev_reward: Tensor, prev_action: Tensor, done: Tensor, state: State,
+            sample: bool = True, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, State]:
+        """One policy step for B envs: obs [B,...], prev_reward [B], prev_action [B], done [B].
+
+        Returns the actions [B] (sampled from the policy, or its argmax if not ``sample``), the
+        logits [B,A] and the core state after the step. The actors, evaluation and the benchmarks
+        all step the policy through here.
+        """
+        logits, _, state, _ = self(obs[None], prev_reward[None], prev_action[None], done[None], state)
+        logits = logits[0]
+        if sample:
+            action = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
+        else:
+            action = logits.argmax(-1)
+        return action, logits, state

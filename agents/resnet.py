@@ -30,9 +30,14 @@ class ResNetStem(nn.Module):
 
     @dataclass
     class Config:
-        channels: list = field(default_factory=lambda: [16, 32, 32])
+        """The IMPALA deep ResNet torso (Espeholt et al., 2018, Fig. 3)."""
+
+        channels: list[int] = field(default_factory=lambda: [16, 32, 32])
+        """Channels of each conv section (conv, max-pool, residual blocks)."""
         num_blocks: int = 2
+        """Residual blocks per section."""
         output_size: int = 256
+        """Units of the final fully connected layer."""
 
     def __init__(self, observation_shape: tuple[int, ...], config: Config):
         super().__init__()

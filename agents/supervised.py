@@ -1,4 +1,4 @@
-"""Supervised trainer for the synthetic and algorithmic benchmarks (TASKS.md).
+"""Supervised trainer for the synthetic and algorithmic benchmarks (docs/supervised.md).
 
 Model (``model.kind = stack``, every core): an embedding per input field (concatenated) or
 a Linear for float inputs -> ``make_core(core, ...)`` -> a Linear output layer.
@@ -8,14 +8,15 @@ Model (``model.kind = retrieval_memory``, retrieval tasks only): the fwp-linear-
 query, with k = W_K [e(k); v], q = W_Q e(q), the value the one-hot v ∈ R^S and the read
 v̂ = W φ(q) compared with the target directly (no output layer). ``memory = fast_weight``
 uses the core's feature map / normalisation / update rule (``core`` linear -> sum rule,
-delta -> delta rule, overridable with ``core_options``); ``memory = softmax`` is the
+delta -> delta rule, overridable with ``--core.update_rule``); ``memory = softmax`` is the
 softmax-attention reference (v̂ = Σ_i softmax(q·k_i) v_i).
 
-Training: Adam, linear learning-rate warm-up, gradient-norm clipping, evaluation on the
-valid split every ``eval_every`` steps, early stopping when the valid ``select_metric``
-(default: the loss) has not improved for ``patience`` steps or the valid loss falls below
-``target_loss``; the best model by ``select_metric`` is evaluated on the test split at the end. Checkpoints, CSV/TensorBoard logs and the progress
-line use the shared ``agents.checkpoint`` and ``agents.logger`` modules.
+Training: Adam, linear learning-rate warm-up, gradient-norm clipping (the update, its guard
+against non-finite losses and the checkpoints are :class:`agents.training.Trainer`'s),
+evaluation on the valid split every ``eval_every`` steps, early stopping when the valid
+``select_metric`` (default: the loss) has not improved for ``patience`` steps or the valid loss
+falls below ``target_loss``; the best model by ``select_metric`` is evaluated on the test split
+at the end.
 """
 from __future__ import annotations
 
@@ -30,79 +31,107 @@ from typing import Any, Literal, Optional
 import numpy as np
 import torch
 import torch.nn.functional as F
+from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveInt
 from torch import Tensor, nn
 
-from agents.checkpoint import atomic_save, atomic_write_text, latest_checkpoint, load_checkpoint, save_checkpoint
-from agents.config import check_ranges, save_yaml, to_dict
-from agents.learner import resolve_device
+from agents.checkpoint import atomic_save, atomic_write_text
+from agents.config import check, core_section, options, task_section
+from agents.errors import ConfigError
 from agents.logger import Logger
+from agents.training import OptimConfig, RunConfig, Trainer, resolve_device
 from envs.tasks import Batch, Task, make_task
 from fastnet import make_core
-from fastnet.feature_maps import FeatureMap, redraw_random_features
-from fastnet.registry import core_class
+from fastnet.feature_maps import FeatureMap
 
 
 # --- config ------------------------------------------------------------------------------
 @dataclass
 class ModelConfig:
-    # auto: retrieval_memory for a retrieval task with core linear or delta, else stack
+    """The model around the core."""
+
     kind: Literal["auto", "stack", "retrieval_memory"] = "auto"
-    embedding_size: int = 128          # per input field (stack); e(k) size (retrieval_memory)
-    key_size: int = 64                 # retrieval_memory: d_key
-    memory: Literal["fast_weight", "softmax"] = "fast_weight"  # retrieval_memory only
+    """stack: embedding -> core -> linear; retrieval_memory: §6.1's memory (auto: it for retrieval with linear or delta)."""
+    embedding_size: PositiveInt = 128
+    """Embedding size per input field (stack); size of e(k) (retrieval_memory)."""
+    key_size: PositiveInt = 64
+    """retrieval_memory: d_key."""
+    memory: Literal["fast_weight", "softmax"] = "fast_weight"
+    """retrieval_memory: the core's fast weight, or softmax attention as the reference."""
 
 
 @dataclass
-class OptimConfig:
-    lr: float = 3e-4
-    beta1: float = 0.9
-    beta2: float = 0.999
-    batch_size: int = 64
-    warmup_steps: int = 0              # linear warm-up from 0 to lr
-    clip_norm: float = 0.0             # 0 = no clipping
-    # weight per core auxiliary loss (MNM's "meta"), default 1; the task loss is a mean over the
-    # scored positions and the aux losses are means too, so weight 1 weighs them per sample alike
-    aux_loss_weights: dict[str, float] = field(default_factory=dict)
+class LoopConfig:
+    """Batches, budgets, evaluation and early stopping."""
 
-
-@dataclass
-class TrainConfig:
-    max_steps: int = 10_000            # 0 = unbounded (then max_epochs or max_time_s must be set)
-    max_epochs: float = 0.0            # finite training sets: stop after this many epochs (0 = off)
-    max_time_s: float = 0.0            # wall-clock budget (0 = off)
-    eval_every: int = 500
-    eval_batch_size: int = 256
-    patience: int = 0                  # stop after this many steps without valid-loss progress (0 = off)
-    min_delta: float = 0.0             # progress = valid score better than best by min_delta
-    # the valid metric that picks the best model and drives patience: loss / mse / ppl (lower is
-    # better) or token_acc / seq_acc (higher is better)
+    batch_size: PositiveInt = 64
+    """Sequences per update."""
+    max_steps: NonNegativeInt = 10_000
+    """Updates to train for (0: unbounded; then max_epochs or max_time_s must be set)."""
+    max_epochs: NonNegativeFloat = 0.0
+    """Finite training sets: stop after this many epochs (0: off)."""
+    max_time_s: NonNegativeFloat = 0.0
+    """Wall-clock budget in seconds (0: off)."""
+    eval_every: PositiveInt = 500
+    """Updates between evaluations on the valid split."""
+    eval_batch_size: PositiveInt = 256
+    """Sequences per evaluation batch."""
+    patience: NonNegativeInt = 0
+    """Stop after this many updates without progress of the valid select_metric (0: off)."""
+    min_delta: NonNegativeFloat = 0.0
+    """Progress = the valid score beats the best by more than this."""
     select_metric: Literal["loss", "mse", "ppl", "token_acc", "seq_acc"] = "loss"
-    target_loss: float = 0.0           # stop once the valid loss is below this (0 = off)
-    checkpoint_every: int = 1000
-    resume: bool = True
-    log_every: int = 50
+    """The valid metric that picks the best model and drives patience (loss, mse, ppl: lower is better)."""
+    target_loss: NonNegativeFloat = 0.0
+    """Stop once the valid loss is below this (0: off)."""
+    checkpoint_every: NonNegativeInt = 1000
+    """Updates between checkpoints (0: only at the end)."""
+
+
+@dataclass
+class LossConfig:
+    """The cores' auxiliary losses (the task loss is a mean over the scored positions)."""
+
+    aux_loss_weights: dict[str, float] = field(default_factory=dict)
+    """Weight of each core auxiliary loss by name (MNM: meta); a loss not listed has weight 1."""
+
+
+@dataclass
+class LogConfig:
+    """Progress line, CSV and TensorBoard."""
+
+    every: PositiveInt = 50
+    """Updates between training-loss rows."""
+    print_every_s: NonNegativeFloat = 5.0
+    """Seconds between progress lines."""
+    tensorboard: bool = True
+    """Also write TensorBoard scalars to run_dir/tb."""
 
 
 @dataclass
 class Config:
-    task: str = "retrieval2"
-    core: str = "delta"
-    seed: int = 0
-    device: str = "cpu"
-    threads: int = 0                   # torch.set_num_threads (0 = leave as is)
-    run_dir: str = "runs/supervised/{task}-{core}"  # {task} and {core} are filled in
-    task_options: dict[str, Any] = field(default_factory=dict)
-    core_options: dict[str, Any] = field(default_factory=dict)
+    """Supervised training of a memory core on a synthetic or algorithmic task."""
+
+    task: Any = field(default_factory=lambda: task_section("retrieval2")())
+    """The task and its generator's options."""
+    core: Any = field(default_factory=lambda: core_section("delta")())
+    """The memory core and its options."""
+    run: RunConfig = field(default_factory=lambda: RunConfig(run_dir="runs/supervised/{task}-{core}", num_threads=0))
     model: ModelConfig = field(default_factory=ModelConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    # per-task defaults (applied after the YAML file, before the command line); each entry
-    # may hold ``core_defaults: {core: {...}}`` applied on top for that core
-    task_defaults: dict[str, Any] = field(default_factory=dict)
-    core_defaults: dict[str, Any] = field(default_factory=dict)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(name="adam", lr=3e-4, eps=1e-8, grad_clip=0.0))
+    loss: LossConfig = field(default_factory=LossConfig)
+    train: LoopConfig = field(default_factory=LoopConfig)
+    log: LogConfig = field(default_factory=LogConfig)
 
     def resolved_run_dir(self) -> str:
-        return self.run_dir.format(task=self.task, core=self.core)
+        return self.run.run_dir.format(task=self.task.name, core=self.core.name)
+
+
+def supervised_schema(task: str, core: str) -> type:
+    """The config dataclass of launch/supervised.py: Config with typed ``task`` and ``core``."""
+    return dataclasses.make_dataclass(
+        "Config", [("task", task_section(task), field(default_factory=task_section(task))),
+                   ("core", core_section(core), field(default_factory=core_section(core)))],
+        bases=(Config,), namespace={"__doc__": Config.__doc__})
 
 
 # --- models ------------------------------------------------------------------------------
@@ -189,22 +218,17 @@ def model_kind(cfg: Config, task: Task) -> str:
     if cfg.model.kind != "auto":
         return cfg.model.kind
     retrieval = task.spec.input_vocab is not None and len(task.spec.input_vocab) == 2
-    return "retrieval_memory" if retrieval and cfg.core in ("linear", "delta") else "stack"
+    return "retrieval_memory" if retrieval and cfg.core.name in ("linear", "delta") else "stack"
 
 
 def build_model(cfg: Config, task: Task) -> nn.Module:
     if model_kind(cfg, task) == "stack":
-        return SequenceModel(task, cfg.core, cfg.core_options, cfg.model.embedding_size)
-    if cfg.core not in ("linear", "delta"):
-        raise ValueError(f"model.kind=retrieval_memory takes core linear or delta, got {cfg.core!r}")
-    defaults = dataclasses.asdict(core_class(cfg.core).Config())
-    unknown = set(cfg.core_options) - set(defaults)
-    if unknown:
-        raise ValueError(f"unknown core_options {sorted(unknown)} for {cfg.core}; valid: {sorted(defaults)}")
-    opts = {**defaults, **cfg.core_options}
-    return RetrievalMemory(task, cfg.model.embedding_size, cfg.model.key_size, cfg.model.memory,
-                           opts["update_rule"], opts["feature_map"], opts["normalisation"], opts["dpfp_nu"],
-                           opts["favor_features"])
+        return SequenceModel(task, cfg.core.name, options(cfg.core), cfg.model.embedding_size)
+    check(cfg.core.name in ("linear", "delta"), "model.kind",
+          f"retrieval_memory takes core linear or delta, got {cfg.core.name!r}")
+    c = cfg.core
+    return RetrievalMemory(task, cfg.model.embedding_size, cfg.model.key_size, cfg.model.memory, c.update_rule,
+                           c.feature_map, c.normalisation, c.dpfp_nu, c.favor_features)
 
 
 # --- losses and metrics ------------------------------------------------------------------
@@ -285,39 +309,29 @@ def set_seed(seed: int) -> None:
     np.random.seed(seed)
 
 
-# Settings a resumed run may change (budgets, evaluation and logging cadence); any other
-# difference from the checkpoint's config is an error (agents.checkpoint.check_same_run).
-RESUMABLE_CHANGES = ("device", "threads", "run_dir", "task_defaults", "core_defaults", "train.max_steps",
-                     "train.max_epochs", "train.max_time_s", "train.eval_every", "train.eval_batch_size",
-                     "train.patience", "train.min_delta", "train.target_loss", "train.checkpoint_every",
-                     "train.resume", "train.log_every")
-
-
 def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict[str, Any]:
     """Train ``cfg.core`` on ``cfg.task``; returns the best valid and final test metrics."""
-    check_ranges(cfg, positive=("optim.batch_size", "train.eval_every", "train.eval_batch_size", "train.log_every"),
-                 non_negative=("threads", "optim.lr", "optim.warmup_steps", "optim.clip_norm", "train.max_steps",
-                               "train.max_epochs", "train.max_time_s", "train.patience", "train.checkpoint_every"))
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    set_seed(cfg.seed)
-    device = resolve_device(cfg.device)
+    t = cfg.train
+    if cfg.run.num_threads:
+        torch.set_num_threads(cfg.run.num_threads)
+    set_seed(cfg.run.seed)
+    device = resolve_device(cfg.run.device)
     run_dir = cfg.resolved_run_dir()
-    task = task if task is not None else make_task(cfg.task, seed=cfg.seed, **cfg.task_options)
+    if task is None:
+        try:
+            task = make_task(cfg.task.name, seed=cfg.run.seed, **options(cfg.task))
+        except (ValueError, OSError) as e:
+            raise ConfigError(f"task: {e}") from None
     model = build_model(cfg, task).to(device)
-    o, t = cfg.optim, cfg.train
-    optimizer = torch.optim.Adam(model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2))
-    warm = o.warmup_steps
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
 
     max_steps = t.max_steps
     if t.max_epochs:
-        if not task.epoch_size():
-            raise ValueError(f"train.max_epochs needs a finite training set; {cfg.task} has none: use train.max_steps")
-        epoch_steps = max(1, task.epoch_size() // o.batch_size)
+        check(bool(task.epoch_size()), "train.max_epochs",
+              f"needs a finite training set; {cfg.task.name} has none: use train.max_steps")
+        epoch_steps = max(1, task.epoch_size() // t.batch_size)
         max_steps = min(max_steps or 10**12, int(math.ceil(t.max_epochs * epoch_steps)))
-    if not max_steps and not t.max_time_s:
-        raise ValueError("set train.max_steps, train.max_epochs or train.max_time_s")
+    check(bool(max_steps or t.max_time_s), "train.max_steps", "set train.max_steps, train.max_epochs or train.max_time_s")
+    trainer = Trainer(model, cfg.optim, max_steps or math.inf, run_dir, cfg)
 
     higher = t.select_metric in ("token_acc", "seq_acc")
     sign = -1.0 if higher else 1.0  # best_score is kept as "lower is better"
@@ -325,28 +339,27 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
     # run never scores a best_model.pt written after its checkpoint (a discarded future)
     step, best_score, best_step, best_model, history = 0, math.inf, 0, None, []
     best_path = os.path.join(run_dir, "best_model.pt")
-    ckpt = latest_checkpoint(run_dir) if t.resume else None
-    if ckpt:
-        payload = load_checkpoint(ckpt, model, optimizer, scheduler, map_location=device, config=cfg,
-                                  may_change=RESUMABLE_CHANGES)
-        step, best_score, best_step = (payload["counters"]["step"], payload["best_score"], payload["counters"]["best_step"])
-        best_model = payload.get("best_model")
-        if "best_model" not in payload and os.path.exists(best_path):  # a checkpoint of an older version
-            best_model = torch.load(best_path, map_location="cpu")
-    os.makedirs(run_dir, exist_ok=True)
-    save_yaml(cfg, os.path.join(run_dir, "config.yaml"))
-    logger = Logger(run_dir, resume_step=step, print_every_s=1e9 if quiet else 5.0)
+    payload = trainer.resume(device, cfg.run.resume)
+    if payload is not None:
+        step, best_step = payload["counters"]["step"], payload["counters"]["best_step"]
+        best_score, best_model = payload["best_score"], payload["best_model"]
+    logger = Logger(run_dir, resume_step=step, tensorboard=cfg.log.tensorboard,
+                    print_every_s=1e9 if quiet else cfg.log.print_every_s)
     if best_model is not None:
         atomic_save(best_model, best_path)
     elif os.path.exists(best_path):  # not this run's (resume off) or not of its checkpoint's past
         os.remove(best_path)
     n_params = sum(p.numel() for p in model.parameters())
     if not quiet:
-        print(f"task {cfg.task} | core {cfg.core} ({model_kind(cfg, task)}) | {n_params:,} parameters | "
+        print(f"task {cfg.task.name} | core {cfg.core.name} ({model_kind(cfg, task)}) | {n_params:,} parameters | "
               f"max_steps {max_steps} | run_dir {run_dir}", flush=True)
 
-    batches = task.train_batches(o.batch_size, seed=cfg.seed + step)
+    def checkpoint() -> None:
+        trainer.save({"step": step, "best_step": best_step}, best_score=best_score, best_model=best_model)
+
+    batches = task.train_batches(t.batch_size, seed=cfg.run.seed + step)
     state, start, train_loss_acc, n_acc, stop_reason = None, time.time(), 0.0, 0, "max_steps"
+    weights = cfg.loss.aux_loss_weights
     while True:
         if max_steps and step >= max_steps:
             break
@@ -356,31 +369,32 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
         else:
             state = tuple(s.detach() for s in state)
         done = torch.zeros(batch.x.shape[:2], dtype=torch.bool, device=device)
-        redraw_random_features(model)
-        out, state, aux = model(batch.x, state, done)
-        loss = batch_loss(task.spec.loss, out, batch)
-        total = loss + sum(o.aux_loss_weights.get(k, 1.0) * v for k, v in aux.items())
-        optimizer.zero_grad(set_to_none=True)
-        total.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), o.clip_norm or math.inf)  # 0: no clipping
-        optimizer.step()
-        scheduler.step()
+
+        def loss_fn() -> tuple[Tensor, dict[str, Tensor]]:
+            nonlocal state
+            out, state, aux = model(batch.x, state, done)
+            loss = batch_loss(task.spec.loss, out, batch)
+            total = loss + sum(weights.get(k, 1.0) * v for k, v in aux.items())
+            return total, {"task_loss": loss.detach(), **{f"aux_{k}": v.detach() for k, v in aux.items()}}
+
+        metrics = trainer.update(loss_fn)
         step += 1
-        train_loss_acc += float(loss.detach())
+        train_loss_acc += metrics["task_loss"]
         n_acc += 1
-        if step % t.log_every == 0:
-            row = {"train/loss": train_loss_acc / n_acc, "lr": scheduler.get_last_lr()[0],
-                   "grad_norm": float(grad_norm), **{f"train/aux_{k}": float(v.detach()) for k, v in aux.items()}}
+        if step % cfg.log.every == 0 or metrics["nonfinite"]:
+            row = {"train/loss": train_loss_acc / n_acc, "lr": metrics["lr"], "grad_norm": metrics["grad_norm"],
+                   "nonfinite": metrics["nonfinite"],
+                   **{f"train/{k}": v for k, v in metrics.items() if k.startswith("aux_")}}
             logger.log(step, row)
-            logger.progress(step, row)
+            logger.progress(step, row, force=bool(metrics["nonfinite"]))
             train_loss_acc, n_acc = 0.0, 0
         out_of_time = bool(t.max_time_s) and time.time() - start > t.max_time_s
         if step % t.eval_every == 0 or step == max_steps or out_of_time:  # the last model is scored too
             metrics = evaluate(model, task, "valid", t.eval_batch_size, device)
             history.append({"step": step, **metrics})
             logger.log(step, {f"valid/{k}": v for k, v in metrics.items()})
-            if t.select_metric not in metrics:
-                raise ValueError(f"select_metric {t.select_metric!r} is not reported for this task: {list(metrics)}")
+            check(t.select_metric in metrics, "train.select_metric",
+                  f"{t.select_metric!r} is not reported for this task; choose one of {', '.join(metrics)}")
             score = sign * metrics[t.select_metric]
             if score < best_score - t.min_delta:
                 best_score, best_step = score, step
@@ -397,21 +411,17 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
             stop_reason = "max_time_s"
             break
         if t.checkpoint_every and step % t.checkpoint_every == 0:
-            save_checkpoint(run_dir, model=model, optimizer=optimizer, scheduler=scheduler,
-                            counters={"step": step, "best_step": best_step}, config=to_dict(cfg),
-                            best_score=best_score, best_model=best_model)
-    save_checkpoint(run_dir, model=model, optimizer=optimizer, scheduler=scheduler,
-                    counters={"step": step, "best_step": best_step}, config=to_dict(cfg), best_score=best_score,
-                    best_model=best_model)
+            checkpoint()
+    checkpoint()
     if best_model is not None:
         model.load_state_dict(best_model)
     valid = evaluate(model, task, "valid", t.eval_batch_size, device)
     test = evaluate(model, task, "test", t.eval_batch_size, device)
     logger.log(step, {f"test/{k}": v for k, v in test.items()})
     logger.close()
-    result = {"task": cfg.task, "core": cfg.core, "model": model_kind(cfg, task), "steps": step, "best_step": best_step,
-              "stop_reason": stop_reason, "parameters": n_params, "wall_s": round(time.time() - start, 1),
-              "valid": valid, "test": test, "history": history}
+    result = {"task": cfg.task.name, "core": cfg.core.name, "model": model_kind(cfg, task), "steps": step,
+              "best_step": best_step, "stop_reason": stop_reason, "parameters": n_params,
+              "wall_s": round(time.time() - start, 1), "valid": valid, "test": test, "history": history}
     atomic_write_text(os.path.join(run_dir, "results.json"), json.dumps(result, indent=1))
     if not quiet:
         print(f"done ({stop_reason}) at step {step}: best valid {t.select_metric} {sign * best_score:.4g} at step {best_step} | "

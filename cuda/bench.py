@@ -16,7 +16,6 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _inputs(B, T, H, d, dtype, dev, gen):

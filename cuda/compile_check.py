@@ -11,10 +11,9 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.pop("TRITON_INTERPRET", None)  # real compilation, not the interpreter
 
-from fastnet.kernels.compile_report import all_specs, compile_spec, format_table  # noqa: E402
+from fastnet.kernels.compile_report import all_specs, compile_spec, format_table
 
 
 def main() -> int:

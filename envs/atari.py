@@ -87,9 +87,26 @@ class Atari:
     observation_shape: tuple[int, ...] = (4, 84, 84)
     observation_dtype: np.dtype = np.dtype(np.uint8)
 
+    @staticmethod
+    def option_choices() -> dict[str, list[str]]:
+        """The valid values of the ``game`` option (for the command line's choices)."""
+        return {"game": available_games()}
+
     def __init__(self, num_envs: int, seed: int = 0, *, game: str = "Pong", sticky_action_prob: float = 0.25,
                  frame_skip: int = 4, noop_max: int = 30, frame_stack: int = 4, max_episode_frames: int = 108_000,
                  fire_reset: bool = False, full_action_space: bool = False, num_threads: int = 0) -> None:
+        """
+        Args:
+            game: The game, a Gymnasium name such as Pong or MsPacman (the papers' 20 are in PAPER_GAMES).
+            sticky_action_prob: Probability of repeating the previous action (v5's 0.25 is the only randomness).
+            frame_skip: Emulator frames per agent step, max-pooled over the last two.
+            noop_max: Up to this many no-op actions at the start of a game.
+            frame_stack: Frames stacked into one observation.
+            max_episode_frames: Emulator frames after which a game is cut (108,000 = 30 minutes).
+            fire_reset: Press FIRE after each reset (games that need it to start).
+            full_action_space: Use all 18 actions instead of the game's minimal set.
+            num_threads: C++ threads of the vector env (0: one per env, up to the cores).
+        """
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
         if not 0.0 <= sticky_action_prob <= 1.0:

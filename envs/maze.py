@@ -179,6 +179,11 @@ class Maze:
     observation_dtype: np.dtype = np.dtype(np.float32)
 
     def __init__(self, num_envs: int, seed: int = 0, *, size: int = 9, episode_length: int = 250) -> None:
+        """
+        Args:
+            size: Side of the square maze, walls included (odd, >= 5).
+            episode_length: Steps per episode.
+        """
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
         _check_options(size, episode_length)

@@ -47,7 +47,9 @@ class LSTMCore(nn.Module):
     @dataclass
     class Config:
         hidden_size: int = 256
+        """LSTM units per layer."""
         num_layers: int = 1
+        """Stacked LSTM layers."""
 
     def __init__(self, input_size: int, config: Config):
         super().__init__()
@@ -74,10 +76,15 @@ class BlockConfig:
     """Sizes of the block stack (MODELS.md defaults: 2 layers, 4 heads × 32, FF 512)."""
 
     hidden_size: int = 128
+    """Width of the residual stream (the input is projected to it)."""
     num_layers: int = 2
+    """Blocks of [fast-weight sublayer; feed-forward sublayer]."""
     num_heads: int = 4
+    """Fast-weight heads per layer."""
     head_dim: int = 32
+    """Key, query and value size per head (the fast weight is head_dim x head_dim)."""
     ff_size: int = 512
+    """Hidden units of each feed-forward sublayer."""
 
 
 class BlockStack(nn.Module):
@@ -131,10 +138,15 @@ class FastWeightConfig(BlockConfig):
     """
 
     feature_map: FeatureMapName = "elu"
+    """φ applied to keys and queries: elu (elu+1), dpfp, favor, softmax, tanh or identity."""
     normalisation: Literal["sum", "attention", "none"] = "sum"
+    """sum: φ divided by its sum (Eq. 29); attention: the denominator of Eqs. 26-28; none."""
     update_rule: RuleName = "delta"
+    """sum (Eq. 17), delta (Eqs. 20-25) or gated."""
     dpfp_nu: int = 1
+    """ν of DPFP-ν (the feature size is 2ν·head_dim)."""
     favor_features: int = 32
+    """m, the number of FAVOR+ random features."""
 
 
 class DeltaNetCore(BlockStack):
@@ -150,7 +162,10 @@ class DeltaNetCore(BlockStack):
 
 @dataclass
 class LinearTransformerConfig(FastWeightConfig):
+    """Options of ``linear``: those of ``delta``, with the sum rule by default."""
+
     update_rule: RuleName = "sum"
+    """sum (Eq. 17), delta (Eqs. 20-25) or gated."""
 
 
 class LinearTransformerCore(DeltaNetCore):

@@ -84,21 +84,22 @@ def memory_gradient(weights: list[Tensor], zs: list[Tensor], values: Tensor) -> 
 
 @dataclass
 class MNMConfig:
-    """Options of both MNM cores; defaults are the paper's maze row (Table 2).
-
-    controller_size: LSTM units d_h.  memory_size: d_k = d_v = D_l, the width of
-    every memory layer.  num_heads: H.  memory_layers: layers of the memory MLP.
-    output_size: d_o of y_t.  memory_seed: seed of the fixed memory initialisation.
-    memory_init_gain: M^l_0 has i.i.d. N(0, (gain²/D_in)) entries.
-    """
+    """Options of both MNM cores; defaults are the paper's maze row (Table 2)."""
 
     controller_size: int = 200
+    """LSTM controller units d_h."""
     memory_size: int = 100
+    """d_k = d_v = D_l, the width of every memory layer."""
     num_heads: int = 3
+    """Read and write heads H."""
     memory_layers: int = 3
+    """Layers of the memory MLP."""
     output_size: int = 200
+    """d_o, the size of the core output y_t."""
     memory_seed: int = 0
+    """Seed of the fixed memory initialisation M_0."""
     memory_init_gain: float = 1.0
+    """M^l_0 has i.i.d. N(0, gain²/D_in) entries."""
 
 
 class _MNMCore(nn.Module):

@@ -1,79 +1,39 @@
-"""Train an IMPALA agent on an Atari game with any memory core (ENVS.md "Atari").
+"""Train an IMPALA agent on an Atari game with any memory core (recurrent-FWP appendix C, Tables 9 and 10).
 
     python launch/atari.py --game Pong --core delta          # the papers' run: launch/configs/atari.yaml
-    python launch/atari.py --game MsPacman --core lstm --run_dir runs/mspacman-lstm-seed1 --seed 1
+    python launch/atari.py --game MsPacman --core lstm --seed 1 --run_dir runs/mspacman-lstm-seed1
     python launch/atari.py --game Pong --core ff --num_actors 2 --total_steps 100000 --device cpu
 
-Flags are launch/maze.py's (``--config FILE``, ``--set section.key=value``, ``--key value``
-for any unique key: ``--core``, ``--device``, ``--total_steps``, ``--num_actors``,
-``--unroll_length``, ``--batch_size``, ``--lr``, ``--run_dir``, ...), plus ``--game NAME``
-(short for ``--set env.options.game=NAME``). ``--device auto`` (the default) puts the learner
-on ``cuda`` when there is one; actors always run on the CPU. ``{game}`` in ``run_dir`` is
-replaced by the game's name. Milestone checkpoints ``checkpoint-<step>.pt`` are kept at the
-steps in ``checkpoint.milestones`` (50M and 200M); the same command resumes a stopped run.
+``--device auto`` (the default) puts the learner on cuda when there is one; actors run on the
+CPU. Milestone checkpoints ``checkpoint-<step>.pt`` are kept at ``checkpoint.milestones`` (50M
+and 200M) for launch/evaluate.py; running the same command again resumes a stopped run.
 """
 from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from agents.config import Selector, exit_on_error, parse
+from agents.learner import TrainConfig, rl_schema, train
+from fastnet import CORES
 
-from agents.config import ConfigError, parse_config  # noqa: E402
-from agents.learner import TrainConfig, train  # noqa: E402
-
-DEFAULT_CONFIG = os.path.join(ROOT, "launch", "configs", "atari.yaml")
-
-
-def expand_game(argv: list[str]) -> list[str]:
-    """Rewrite ``--game X`` / ``--game=X`` as ``--set env.options.game=X``."""
-    out, i = [], 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--game":
-            if i + 1 >= len(argv):
-                raise ConfigError("--game needs a value, e.g. --game Pong")
-            out += ["--set", f"env.options.game={argv[i + 1]}"]
-            i += 2
-            continue
-        if arg.startswith("--game="):
-            arg = ["--set", f"env.options.game={arg.split('=', 1)[1]}"]
-            out += arg
-        else:
-            out.append(arg)
-        i += 1
-    return out
-
-
-def resolve(cfg: TrainConfig) -> TrainConfig:
-    """Fill in ``device: auto`` and ``{game}`` in ``run_dir``; check the game name."""
-    import torch
-
-    from envs.atari import canonical_name
-
-    if cfg.device == "auto":
-        cfg.device = "cuda" if torch.cuda.is_available() else "cpu"
-    if cfg.env.name == "atari":
-        game = canonical_name(str(cfg.env.options.get("game", "Pong")))  # ValueError lists the games
-        cfg.env.options["game"] = game
-        cfg.run_dir = cfg.run_dir.replace("{game}", game)
-    return cfg
+DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "atari.yaml")
+SHORT_FLAGS = {"--game": "env.game", "--core": "core.name", "--total_steps": "run.total_steps",
+               "--num_actors": "actor.num_actors", "--run_dir": "run.run_dir", "--device": "run.device",
+               "--seed": "run.seed"}
 
 
 def load(argv: list[str]) -> TrainConfig:
-    return resolve(parse_config(TrainConfig, expand_game(argv), DEFAULT_CONFIG, variants=("core", "core_defaults")))
+    """The resolved config of ``argv`` (ConfigError for bad input)."""
+    return parse(lambda names: rl_schema("atari", names["core"]), argv, DEFAULTS,
+                 (Selector("core.name", tuple(CORES), "core"),), SHORT_FLAGS, prog="launch/atari.py",
+                 description=__doc__.split("\n")[0])
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     argv = sys.argv[1:] if argv is None else argv
-    if "-h" in argv or "--help" in argv:
-        print(__doc__)
-    try:
-        cfg = load(argv)
-    except (ConfigError, ValueError) as e:
-        raise SystemExit(f"config error: {e}")
-    train(cfg)
+    return exit_on_error(lambda: train(load(argv)), debug="--debug" in argv or None)
 
 
 if __name__ == "__main__":

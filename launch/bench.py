@@ -15,12 +15,11 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
+import torch
 
-from envs.maze_reference import PyMaze  # noqa: E402
-from fastnet import CORES, make_core  # noqa: E402
+from envs.maze_reference import PyMaze
+from fastnet import CORES, make_core
 
 
 def _release_freed_memory() -> None:
@@ -208,10 +207,7 @@ def bench_atari(args: argparse.Namespace) -> None:
                    "state": model.initial_state(n)}
 
             def step(j: int) -> None:
-                with torch.no_grad():
-                    logits, _, cur["state"], _ = model(cur["obs"][None], cur["reward"][None], cur["action"][None],
-                                                       cur["done"][None], cur["state"])
-                action = torch.multinomial(torch.softmax(logits[0], dim=-1), 1).squeeze(-1)
+                action, _, cur["state"] = model.act(cur["obs"], cur["reward"], cur["action"], cur["done"], cur["state"])
                 obs, reward, done, _ = env.step(action.numpy())
                 cur.update(obs=torch.from_numpy(obs), reward=torch.from_numpy(reward),
                            done=torch.from_numpy(done), action=action)

@@ -23,7 +23,6 @@ paper has one (50M: Table 9, 200M: Table 10).
 """
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import math
@@ -34,13 +33,11 @@ import sys
 import time
 from typing import Any, Callable
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "launch"))
+import numpy as np
+from jsonargparse.typing import PositiveInt
 
-import numpy as np  # noqa: E402
-
-from atari_paper import PAPER_SCORES, TABLE_COLUMNS, TABLE_OF_STEP  # noqa: E402
+from agents.atari_tables import PAPER_SCORES, TABLE_COLUMNS, TABLE_OF_STEP
+from agents.errors import ConfigError, UserError
 
 _MILESTONE = re.compile(r"checkpoint-(\d+)\.pt$")
 # How close (relative) a checkpoint's step must be to 50M / 200M to sit beside Table 9 / 10.
@@ -117,14 +114,8 @@ class ModelPolicy:
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
     def __call__(self, obs: np.ndarray, reward: np.ndarray, action: np.ndarray, done: np.ndarray) -> np.ndarray:
-        torch = self.torch
-        inputs = [torch.from_numpy(x)[None].to(self.device) for x in (obs, reward, action, done)]
-        with torch.no_grad():
-            logits, _, self.state, _ = self.model(*inputs, self.state)
-        if self.sample:
-            chosen = torch.multinomial(torch.softmax(logits[0], -1), 1, generator=self.generator).squeeze(-1)
-        else:
-            chosen = logits[0].argmax(-1)
+        inputs = [self.torch.from_numpy(x).to(self.device) for x in (obs, reward, action, done)]
+        chosen, _, self.state = self.model.act(*inputs, self.state, sample=self.sample, generator=self.generator)
         return chosen.cpu().numpy()
 
 
@@ -136,7 +127,7 @@ def expand_targets(targets: list[str], steps: list[int] | None = None) -> list[s
             paths.append(target)
             continue
         if not os.path.isdir(target):
-            raise SystemExit(f"no such checkpoint or run directory: {target}")
+            raise UserError(f"no such checkpoint or run directory: {target}")
         milestones = sorted((int(m.group(1)), p) for p in glob.glob(os.path.join(target, "checkpoint-*.pt"))
                             if (m := _MILESTONE.search(p)))
         if steps:  # a milestone is saved at the first update that reaches it, so at or just past it
@@ -152,7 +143,7 @@ def expand_targets(targets: list[str], steps: list[int] | None = None) -> list[s
         elif os.path.isfile(os.path.join(target, "checkpoint.pt")):
             paths.append(os.path.join(target, "checkpoint.pt"))
         else:
-            raise SystemExit(f"{target} holds no checkpoint")
+            raise UserError(f"{target} holds no checkpoint")
     return paths
 
 
@@ -161,12 +152,12 @@ def load_agent(path: str) -> tuple[Any, Any, dict[str, Any]]:
     import torch
 
     import envs
-    from agents.config import build
-    from agents.learner import TrainConfig, build_model
+    from agents.config import options
+    from agents.learner import build_model, config_from_dict
 
     payload = torch.load(path, map_location="cpu", weights_only=False)
-    cfg = build(TrainConfig, payload["config"], path)
-    probe = envs.make(cfg.env.name, num_envs=1, seed=0, **cfg.env.options)
+    cfg = config_from_dict(payload["config"], path)
+    probe = envs.make(cfg.env.name, num_envs=1, seed=0, **options(cfg.env))
     model = build_model(cfg, tuple(probe.observation_shape), probe.num_actions)
     probe.close()
     model.load_state_dict(payload["model"])
@@ -177,11 +168,9 @@ def describe(path: str) -> dict[str, Any]:
     import torch
 
     payload = torch.load(path, map_location="cpu", weights_only=False)
-    cfg = payload["config"]
-    options = cfg.get("env", {}).get("options", {})
-    return {"checkpoint": os.path.abspath(path), "env": cfg.get("env", {}).get("name"),
-            "game": options.get("game", cfg.get("env", {}).get("name")), "core": cfg.get("core"),
-            "step": int(payload["counters"]["step"])}
+    env, core = payload["config"]["env"], payload["config"]["core"]
+    return {"checkpoint": os.path.abspath(path), "env": env["name"], "game": env.get("game", env["name"]),
+            "core": core["name"], "step": int(payload["counters"]["step"])}
 
 
 _MODELS: dict[str, Any] = {}
@@ -192,14 +181,14 @@ def evaluate_job(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     import envs
+    from agents.config import options as env_options
 
     torch.set_num_threads(1)
     path = job["checkpoint"]
     if path not in _MODELS:
         _MODELS[path] = load_agent(path)
     model, cfg, _ = _MODELS[path]
-    options = dict(cfg.env.options)
-    options.update(job["env_overrides"])
+    options = {**env_options(cfg.env), **job["env_overrides"]}
     if cfg.env.name == "atari":
         options.setdefault("num_threads", 1)
 
@@ -317,32 +306,65 @@ def write_outputs(results: list[dict[str, Any]], out_dir: str) -> tuple[str, str
     return json_path, md_path
 
 
-def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("targets", nargs="+", metavar="RUN_OR_CHECKPOINT")
-    parser.add_argument("--steps", type=int, nargs="*", help="milestone steps to take from run directories")
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--episodes", type=int, default=30, help="episodes per run")
-    parser.add_argument("--envs_per_run", type=int, default=None, help="games played at once per run (default: all)")
-    parser.add_argument("--sample", action="store_true", help="sample actions from the policy instead of argmax")
-    parser.add_argument("--workers", type=int, default=None, help="parallel processes (default: all cores)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cpu", help="where the policy runs (cuda: one context per worker)")
-    parser.add_argument("--ddof", type=int, default=0, choices=(0, 1), help="std of the run means: 0 population, 1 sample")
-    parser.add_argument("--max_episode_frames", type=int, default=None,
-                        help="override the env's frame limit (for quick checks; the protocol keeps 108000)")
-    parser.add_argument("--out", default="runs/eval", help="directory for evaluation.json and evaluation.md")
-    args = parser.parse_args(argv)
-    if args.runs < 1 or args.episodes < 1:
-        parser.error("--runs and --episodes must be >= 1")
-    overrides = {} if args.max_episode_frames is None else {"max_episode_frames": args.max_episode_frames}
-    paths = expand_targets(args.targets, args.steps)
-    results = evaluate(paths, args.runs, args.episodes, args.sample, args.workers, args.envs_per_run, args.seed,
-                       overrides, args.ddof, device=args.device)
-    json_path, md_path = write_outputs(results, args.out)
+def make_parser() -> Any:
+    """The command line (jsonargparse's parser: every option shows its type and default)."""
+    from jsonargparse import ArgumentParser
+
+    p = ArgumentParser(prog="launch/evaluate.py", description=__doc__.split("\n")[0], exit_on_error=False)
+    p.add_argument("targets", nargs="+", metavar="RUN_OR_CHECKPOINT", help="Checkpoint files or run directories.")
+    p.add_argument("--steps", type=PositiveInt, nargs="+", default=None,
+                   help="Milestone steps to take from run directories (default: all of their milestones).")
+    p.add_argument("--runs", type=PositiveInt, default=5, help="Independent runs per checkpoint.")
+    p.add_argument("--episodes", type=PositiveInt, default=30, help="Whole games per run.")
+    p.add_argument("--envs_per_run", type=PositiveInt, default=None,
+                   help="Games played at once per run; must divide --episodes (default: all of them).")
+    p.add_argument("--sample", action="store_true", help="Sample actions from the policy instead of its argmax.")
+    p.add_argument("--workers", type=PositiveInt, default=None, help="Parallel processes (default: all cores).")
+    p.add_argument("--seed", type=int, default=0,
+                   help="Seed of the envs (run r plays seeds seed + r * envs_per_run + i) and of sampling.")
+    p.add_argument("--device", type=str, default="cpu", help="Where the policy runs (cuda: one context per worker).")
+    p.add_argument("--ddof", type=int, choices=(0, 1), default=0,
+                   help="Std of the run means: 0 population (numpy's default), 1 sample.")
+    p.add_argument("--max_episode_frames", type=PositiveInt, default=None,
+                   help="Override the env's frame limit, for quick checks (the protocol keeps 108000).")
+    p.add_argument("--out", type=str, default="runs/eval", help="Directory for evaluation.json and evaluation.md.")
+    p.add_argument("--debug", action="store_true", help="Show the full traceback of an error.")
+    return p
+
+
+def load(argv: list[str]) -> Any:
+    """The parsed command line (ConfigError for bad input)."""
+    from argparse import ArgumentError
+
+    from agents.config import one_line
+
+    parser = make_parser()
+    try:
+        args = parser.parse_args(argv)
+    except ArgumentError as e:
+        raise ConfigError(one_line(e, parser)) from None
+    if args.envs_per_run and args.episodes % args.envs_per_run:
+        raise ConfigError(f"--envs_per_run: {args.envs_per_run} must divide --episodes ({args.episodes})")
+    return args
+
+
+def run(argv: list[str]) -> list[dict[str, Any]]:
+    cfg = load(argv)
+    overrides = {} if cfg.max_episode_frames is None else {"max_episode_frames": cfg.max_episode_frames}
+    paths = expand_targets(cfg.targets, cfg.steps)
+    results = evaluate(paths, cfg.runs, cfg.episodes, cfg.sample, cfg.workers, cfg.envs_per_run, cfg.seed,
+                       overrides, cfg.ddof, device=cfg.device)
+    json_path, md_path = write_outputs(results, cfg.out)
     print(markdown(results))
     print(f"wrote {json_path} and {md_path}")
     return results
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    from agents.config import exit_on_error
+
+    argv = sys.argv[1:] if argv is None else argv
+    return exit_on_error(lambda: run(argv), debug="--debug" in argv or None)
 
 
 if __name__ == "__main__":

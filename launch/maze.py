@@ -2,36 +2,36 @@
 
     python launch/maze.py --core delta                      # defaults: launch/configs/maze.yaml
     python launch/maze.py --core lstm --total_steps 200000 --num_actors 2
-    python launch/maze.py --core mnm_p --set core_options.hidden_size=64 --set optim.lr=1e-3
-    python launch/maze.py --config my.yaml --run_dir runs/exp1
+    python launch/maze.py --core mnm_p --core.memory_size 64 --optim.lr 1e-3
+    python launch/maze.py --config my.yaml --run_dir runs/exp1 --print_config
 
-Flags: ``--config FILE``, ``--set section.key=value`` for any key, and ``--key value`` for any
-key whose name is unique (``--core``, ``--device``, ``--total_steps``, ``--num_actors``,
-``--envs_per_actor``, ``--unroll_length``, ``--batch_size``, ``--lr``, ``--run_dir``, ...);
-``--help`` lists them. Running the same command again resumes from the run directory's
-last checkpoint.
+Running the same command again resumes from the run directory's last checkpoint.
 """
 from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from agents.config import Selector, exit_on_error, parse
+from agents.learner import TrainConfig, rl_schema, train
+from fastnet import CORES
 
-from agents.config import ConfigError, parse_config  # noqa: E402
-from agents.learner import TrainConfig, train  # noqa: E402
+DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "maze.yaml")
+SHORT_FLAGS = {"--core": "core.name", "--total_steps": "run.total_steps", "--num_actors": "actor.num_actors",
+               "--run_dir": "run.run_dir", "--device": "run.device", "--seed": "run.seed"}
 
-DEFAULT_CONFIG = os.path.join(ROOT, "launch", "configs", "maze.yaml")
+
+def load(argv: list[str]) -> TrainConfig:
+    """The resolved config of ``argv`` (ConfigError for bad input)."""
+    return parse(lambda names: rl_schema("maze", names["core"]), argv, DEFAULTS,
+                 (Selector("core.name", tuple(CORES), "core"),), SHORT_FLAGS, prog="launch/maze.py",
+                 description=__doc__.split("\n")[0])
 
 
-def main(argv: list[str] | None = None) -> None:
-    try:
-        cfg = parse_config(TrainConfig, sys.argv[1:] if argv is None else argv, DEFAULT_CONFIG,
-                           variants=("core", "core_defaults"))
-    except ConfigError as e:
-        raise SystemExit(f"config error: {e}")
-    train(cfg)
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    argv = sys.argv[1:] if argv is None else argv
+    return exit_on_error(lambda: train(load(argv)), debug="--debug" in argv or None)
 
 
 if __name__ == "__main__":

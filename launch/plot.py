@@ -16,10 +16,9 @@ import sys
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from agents.logger import CSV_NAME, read_csv  # noqa: E402
+from agents.logger import CSV_NAME, read_csv
 
 
 def plot(runs: list[str], metrics: list[str], output: str, title: str | None = None) -> None:

@@ -23,11 +23,10 @@ import sys
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import yaml  # noqa: E402
+import matplotlib.pyplot as plt
+import yaml
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from agents.logger import read_csv  # noqa: E402
+from agents.logger import read_csv
 
 
 def _pairs(specs: list[str]) -> list[tuple[str, str]]:
@@ -70,7 +69,7 @@ def capacity(args) -> None:
             with open(results) as f:
                 res = json.load(f)
             with open(os.path.join(run, "config.yaml")) as f:
-                S = yaml.safe_load(f)["task_options"]["num_keys"]
+                S = yaml.safe_load(f)["task"]["num_keys"]
             points.append((S, res["valid"]["loss"]))
             print(f"{label}\tS={S}\tfinal valid loss {res['valid']['loss']:.4g}\tsteps {res['steps']}\t"
                   f"stop {res['stop_reason']}")

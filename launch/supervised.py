@@ -1,50 +1,38 @@
-"""Train a core on a supervised benchmark: ``python launch/supervised.py --task retrieval2 --core delta``.
+"""Train a memory core on a supervised benchmark (retrieval, code execution, ListOps, MNM's tasks, LM).
 
-Defaults come from ``launch/configs/supervised.yaml``: the top-level keys, then
-``task_defaults[task]``, then ``core_defaults[core]`` (which the task's entry may extend),
-then the command line (``--key value`` for any unique key, ``--set section.key=value``).
+    python launch/supervised.py --task retrieval2 --core delta
+    python launch/supervised.py --task listops10 --core rec_delta --train.max_time_s 900
+    python launch/supervised.py --task dict --core mnm_p --task.num_pairs 4 --print_config
+
+Defaults: launch/configs/supervised.yaml, with its presets for the task and then for the core.
+Running the same command again resumes from the run directory's last checkpoint.
 """
 from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from agents.config import Selector, exit_on_error, parse
+from agents.supervised import Config, supervised_schema, train
+from envs.tasks import TASKS
+from fastnet import CORES
 
-from agents.config import parse_config  # noqa: E402
-from agents.supervised import Config, train  # noqa: E402
-
-DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "supervised.yaml")
-
-
-def _flatten(prefix: str, value, out: list[str]) -> list[str]:
-    """``{"optim": {"lr": 1}}`` -> ``["--set", "optim.lr=1"]`` (one flag per leaf)."""
-    if isinstance(value, dict) and value:
-        for k, v in value.items():
-            _flatten(f"{prefix}.{k}" if prefix else k, v, out)
-    else:
-        out += ["--set", f"{prefix}={_yaml_inline(value)}"]
-    return out
+DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "supervised.yaml")
+SHORT_FLAGS = {"--task": "task.name", "--core": "core.name", "--run_dir": "run.run_dir", "--device": "run.device",
+               "--seed": "run.seed"}
 
 
-def _yaml_inline(value) -> str:
-    import yaml
-    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+def load(argv: list[str]) -> Config:
+    """The resolved config of ``argv`` (ConfigError for bad input)."""
+    return parse(lambda names: supervised_schema(names["task"], names["core"]), argv, DEFAULTS,
+                 (Selector("task.name", tuple(TASKS), "task"), Selector("core.name", tuple(CORES), "core")),
+                 SHORT_FLAGS, prog="launch/supervised.py", description=__doc__.split("\n")[0])
 
 
-def load_config(argv: list[str]) -> Config:
-    """Parse the YAML + overrides, then re-parse with the chosen core's defaults placed before
-    the command line so that explicit flags still win."""
-    cfg = parse_config(Config, argv, DEFAULT_CONFIG, variants=("task", "task_defaults"))
-    core_defaults = cfg.core_defaults.get(cfg.core, {})
-    if not core_defaults:
-        return cfg
-    return parse_config(Config, _flatten("", core_defaults, []) + argv, DEFAULT_CONFIG,
-                        variants=("task", "task_defaults"))
-
-
-def main(argv: list[str] | None = None) -> dict:
-    return train(load_config(sys.argv[1:] if argv is None else argv))
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    argv = sys.argv[1:] if argv is None else argv
+    return exit_on_error(lambda: train(load(argv)), debug="--debug" in argv or None)
 
 
 if __name__ == "__main__":

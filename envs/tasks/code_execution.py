@@ -19,6 +19,8 @@ statement, ~450 tokens per program, as in the paper.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from envs.tasks.base import Example, Task, TaskSpec
@@ -35,8 +37,15 @@ def value_class(v: int) -> int:
 
 
 class CodeExecution(Task):
-    def __init__(self, num_variables: int = 3, num_statements: int = 100, seed: int = 0, sizes=None,
-                 bucket: int = 0):
+    def __init__(self, num_variables: int = 3, num_statements: int = 100, seed: int = 0,
+                 sizes: Optional[dict[str, Optional[int]]] = None, bucket: int = 0):
+        """
+        Args:
+            num_variables: Variables a program uses (3 or 5 in the paper).
+            num_statements: Statements per program, the final print included.
+            sizes: Examples per split, e.g. {train: 10000, valid: 1000, test: 1000} (null: the task's own; a null size: sampled afresh).
+            bucket: Group training sequences into batches of similar length, from shuffled pools of this many batches (0: plain shuffling).
+        """
         if not 1 <= num_variables <= len(VARIABLE_NAMES):
             raise ValueError(f"num_variables must be in 1..{len(VARIABLE_NAMES)}")
         if num_statements < 2:

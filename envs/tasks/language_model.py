@@ -24,7 +24,7 @@ Evaluation modes (``eval_mode``), the first two as TASKS.md gives them:
 from __future__ import annotations
 
 import os
-from typing import Iterator, Optional
+from typing import Iterator, Literal, Optional
 
 import numpy as np
 import torch
@@ -44,9 +44,19 @@ def tokenize(lines: list[str]) -> list[str]:
 
 
 class LanguageModel(Task):
-    def __init__(self, path: str, segment_length: int = 256, eval_mode: str = "sliding",
-                 eval_stride: Optional[int] = None, carry_state: bool = False, split_fractions=(0.9, 0.05, 0.05),
+    def __init__(self, path: str = "", segment_length: int = 256,
+                 eval_mode: Literal["sliding", "carry", "segment"] = "sliding", eval_stride: Optional[int] = None,
+                 carry_state: bool = False, split_fractions: tuple[float, float, float] = (0.9, 0.05, 0.05),
                  seed: int = 0):
+        """
+        Args:
+            path: A text file, or a directory with wiki.{train,valid,test}.tokens (nothing is downloaded).
+            segment_length: L, the tokens per training segment.
+            eval_mode: sliding (each token scored once with up to L tokens of context), carry or segment.
+            eval_stride: Tokens scored per window in sliding mode (null: min(64, L); 1 is the exact protocol).
+            carry_state: Carry the state across training segments.
+            split_fractions: Train, valid and test fractions of a single text file.
+        """
         super().__init__(seed, {"train": None, "valid": None, "test": None})
         if eval_mode not in ("segment", "carry", "sliding"):
             raise ValueError(f"eval_mode must be sliding, carry or segment, got {eval_mode!r}")

@@ -21,6 +21,8 @@ vectors of highest priority in decreasing priority order. Inputs are float featu
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from envs.tasks.base import Example, Task, TaskSpec
@@ -32,7 +34,14 @@ EOS, SEP, EOSS, PH = 26, 27, 28, 29
 class DictionaryInference(Task):
     sizes = {"train": None, "valid": 1000, "test": 1000}
 
-    def __init__(self, num_pairs: int = 4, seq_len: int = 1, seed: int = 0, sizes=None):
+    def __init__(self, num_pairs: int = 4, seq_len: int = 1, seed: int = 0,
+                 sizes: Optional[dict[str, Optional[int]]] = None):
+        """
+        Args:
+            num_pairs: Key-value pairs in the dictionary.
+            seq_len: Letters per key and per value.
+            sizes: Examples per split, e.g. {train: 10000, valid: 1000, test: 1000} (null: the task's own; a null size: sampled afresh).
+        """
         super().__init__(seed, sizes)
         self.k, self.l = num_pairs, seq_len
         self.spec = TaskSpec(input_vocab=[LETTERS + 4], input_dim=None, output_size=LETTERS,
@@ -81,7 +90,14 @@ class DictionaryInference(Task):
 class DoubleCopy(Task):
     sizes = {"train": None, "valid": 1000, "test": 1000}
 
-    def __init__(self, length: int = 50, num_symbols: int = 10, seed: int = 0, sizes=None):
+    def __init__(self, length: int = 50, num_symbols: int = 10, seed: int = 0,
+                 sizes: Optional[dict[str, Optional[int]]] = None):
+        """
+        Args:
+            length: Symbols in the sequence to copy twice.
+            num_symbols: Size of the symbol alphabet.
+            sizes: Examples per split, e.g. {train: 10000, valid: 1000, test: 1000} (null: the task's own; a null size: sampled afresh).
+        """
         super().__init__(seed, sizes)
         self.length, self.num_symbols = length, num_symbols
         self.delimiter, self.blank = num_symbols, num_symbols + 1
@@ -106,7 +122,15 @@ class DoubleCopy(Task):
 class PrioritySort(Task):
     sizes = {"train": None, "valid": 1000, "test": 1000}
 
-    def __init__(self, num_inputs: int = 20, num_outputs: int = 16, bits: int = 8, seed: int = 0, sizes=None):
+    def __init__(self, num_inputs: int = 20, num_outputs: int = 16, bits: int = 8, seed: int = 0,
+                 sizes: Optional[dict[str, Optional[int]]] = None):
+        """
+        Args:
+            num_inputs: Bit vectors in the input, each with a priority.
+            num_outputs: Highest-priority vectors to output, sorted.
+            bits: Bits per vector.
+            sizes: Examples per split, e.g. {train: 10000, valid: 1000, test: 1000} (null: the task's own; a null size: sampled afresh).
+        """
         super().__init__(seed, sizes)
         self.n_in, self.n_out, self.bits = num_inputs, num_outputs, bits
         self.spec = TaskSpec(input_vocab=None, input_dim=bits + 2, output_size=bits, loss="bce", metric="seq_acc")

@@ -27,6 +27,13 @@ from envs.tasks.base import Example, Task, TaskSpec, one_hot
 class AssociativeRetrieval(Task):
     def __init__(self, setting: int = 2, num_keys: int = 20, seq_len: Optional[int] = None,
                  eval_sequences: int = 20, seed: int = 0):
+        """
+        Args:
+            setting: 1 (keys without replacement, L <= S) or 2 (with replacement), as in §6.1.
+            num_keys: S, the number of keys (and of values).
+            seq_len: L, the (key, value) pairs before the query (null: S in setting 1, 2S in setting 2).
+            eval_sequences: Sequences in each of the valid and test splits.
+        """
         if setting not in (1, 2):
             raise ValueError(f"setting must be 1 or 2, got {setting}")
         S = num_keys

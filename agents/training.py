@@ -1,0 +1,177 @@
+"""What the RL learner and the supervised trainer share: the config sections both have, the
+optimiser and its schedule, the update step (clipping, a guard against non-finite losses and
+gradients), checkpoints and resume.
+
+Both trainers build a :class:`Trainer` around their model and call :meth:`Trainer.update` with a
+function that returns the loss; the rest of each loop (actors and V-trace, or batches and
+evaluation) stays in its own module.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+import torch
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+from torch import Tensor, nn
+
+from agents.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agents.config import save_yaml, to_dict
+from agents.errors import ConfigError, UserError
+from fastnet.feature_maps import redraw_random_features
+
+# Settings a resumed run may change: budgets, hardware, logging and checkpoint cadence, and the
+# clip and guard of the update. Any other difference from the checkpoint's config (the core and
+# its sizes, the env, the lr, the seed, ...) is refused (agents.checkpoint.check_same_run). A
+# section name covers all of its keys.
+RESUMABLE = ("run.total_steps", "run.device", "run.run_dir", "run.num_threads", "run.resume", "actor.num_actors",
+             "actor.start_method", "log", "checkpoint", "optim.grad_clip", "optim.max_nonfinite_steps",
+             "train.max_steps", "train.max_epochs", "train.max_time_s", "train.eval_every", "train.eval_batch_size",
+             "train.patience", "train.min_delta", "train.target_loss", "train.checkpoint_every")
+
+
+@dataclass
+class RunConfig:
+    """The run: seed, device, run directory."""
+
+    seed: int = 0
+    """Seed of torch, numpy and the environments."""
+    device: str = "cpu"
+    """Where the model trains: cpu, cuda, cuda:N, or auto (cuda when there is one)."""
+    run_dir: str = "runs/{core}"
+    """Directory for checkpoints, logs and config.yaml; {env}, {game}, {task} and {core} are filled in."""
+    num_threads: NonNegativeInt = 1
+    """torch threads of the training process (0: torch's default)."""
+    resume: bool = True
+    """Resume from the run directory's checkpoint when it has one (false: start afresh there)."""
+
+
+@dataclass
+class OptimConfig:
+    """The optimiser, its learning-rate schedule and the update's safeguards."""
+
+    name: Literal["rmsprop", "adam"] = "rmsprop"
+    """RMSProp (as IMPALA) or Adam."""
+    lr: PositiveFloat = 6e-4
+    """Learning rate (at the end of the warm-up)."""
+    eps: NonNegativeFloat = 0.01
+    """ε added to the denominator (RMSProp and Adam)."""
+    alpha: ClosedUnitInterval = 0.99
+    """RMSProp: smoothing of the squared gradients."""
+    momentum: NonNegativeFloat = 0.0
+    """RMSProp: momentum."""
+    beta1: ClosedUnitInterval = 0.9
+    """Adam: β1."""
+    beta2: ClosedUnitInterval = 0.999
+    """Adam: β2."""
+    grad_clip: NonNegativeFloat = 40.0
+    """Clip the global gradient norm to this (0: no clipping)."""
+    warmup_steps: NonNegativeInt = 0
+    """Updates of linear warm-up from 0 to lr."""
+    lr_decay: bool = False
+    """Decay the learning rate linearly to 0 at the end of the budget."""
+    max_nonfinite_steps: PositiveInt = 10
+    """Stop the run after this many updates in a row whose loss or gradient is NaN or inf (each is skipped)."""
+
+
+class NonFiniteError(UserError):
+    """Too many updates in a row had a NaN or infinite loss or gradient."""
+
+
+def resolve_device(name: str) -> torch.device:
+    """``torch.device(name)`` (``auto``: cuda when available); ConfigError for a device that is not there."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"--run.device: unknown device {name!r}; use cpu, cuda, cuda:N or auto") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--run.device: {name} was asked for, but CUDA is not available (torch {torch.__version__}); "
+                          "use --device cpu")
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"--run.device: {name!r} is not supported; use cpu, cuda, cuda:N or auto")
+    return device
+
+
+def build_optimizer(params: Any, cfg: OptimConfig, total_updates: float
+                    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """RMSProp or Adam, and a schedule: linear warm-up over ``warmup_steps`` updates, then (with
+    ``lr_decay``) a linear decay reaching 0 after ``total_updates``."""
+    if cfg.name == "rmsprop":
+        opt = torch.optim.RMSprop(params, lr=cfg.lr, alpha=cfg.alpha, eps=cfg.eps, momentum=cfg.momentum)
+    else:
+        opt = torch.optim.Adam(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+
+    def factor(update: int) -> float:
+        warm = min(1.0, (update + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
+        decay = 1.0 - min(update, total_updates) / total_updates if cfg.lr_decay else 1.0
+        return warm * decay
+
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+class Trainer:
+    """A model's optimiser, schedule, update step and checkpoints in ``run_dir``.
+
+    ``config`` is the run's config dataclass: checkpoints carry it, and a resume refuses a
+    checkpoint written under other settings than those in :data:`RESUMABLE`.
+    """
+
+    def __init__(self, model: nn.Module, optim: OptimConfig, total_updates: float, run_dir: str, config: Any):
+        self.model, self.cfg, self.run_dir, self.config = model, optim, run_dir, config
+        self.optimizer, self.scheduler = build_optimizer(model.parameters(), optim, total_updates)
+        self.nonfinite_in_a_row = 0
+        self.saved_step: int | None = None
+
+    def resume(self, device: torch.device, resume: bool = True) -> dict[str, Any] | None:
+        """Load the newest checkpoint of ``run_dir`` into the model, optimiser and schedule and
+        return its payload (None if there is none, or ``resume`` is false); then save config.yaml."""
+        path = latest_checkpoint(self.run_dir) if resume else None
+        payload = None
+        if path is not None:
+            payload = load_checkpoint(path, self.model, self.optimizer, self.scheduler, map_location=device,
+                                      config=self.config, may_change=RESUMABLE)
+            self.saved_step = int(payload["counters"]["step"])
+            print(f"resuming from {path} at step {self.saved_step:,}", flush=True)
+        os.makedirs(self.run_dir, exist_ok=True)
+        save_yaml(self.config, os.path.join(self.run_dir, "config.yaml"))
+        return payload
+
+    def update(self, loss_fn: Callable[[], tuple[Tensor, dict[str, Tensor]]]) -> dict[str, float]:
+        """One update: redraw FAVOR+ features, ``loss, terms = loss_fn()``, backward, clip, step.
+
+        An update whose loss or gradient norm is not finite is skipped (no optimiser or schedule
+        step) and reported with ``nonfinite = 1``; after ``max_nonfinite_steps`` in a row,
+        :class:`NonFiniteError` stops the run (the model still holds the last good weights).
+        """
+        redraw_random_features(self.model)
+        loss, terms = loss_fn()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip or math.inf)
+        lr = self.scheduler.get_last_lr()[0]
+        metrics = {"loss": loss.item(), **{k: v.item() for k, v in terms.items()}, "grad_norm": grad_norm.item(),
+                   "lr": lr}
+        if math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_norm"]):
+            self.optimizer.step()
+            self.scheduler.step()
+            self.nonfinite_in_a_row = 0
+            return {**metrics, "nonfinite": 0}
+        self.optimizer.zero_grad(set_to_none=True)
+        self.nonfinite_in_a_row += 1
+        if self.nonfinite_in_a_row >= self.cfg.max_nonfinite_steps:
+            where = (f"the last checkpoint ({self.run_dir}, step {self.saved_step:,}) is finite"
+                     if self.saved_step is not None else "no checkpoint was written")
+            raise NonFiniteError(f"the loss or gradient was NaN or inf in {self.nonfinite_in_a_row} updates in a row "
+                                 f"(loss {metrics['loss']}, gradient norm {metrics['grad_norm']}); stopped; {where}. "
+                                 "Start a new run with a lower optim.lr, a gradient clip or a smaller loss scale")
+        return {**metrics, "nonfinite": 1}
+
+    def save(self, counters: dict[str, int], milestone: bool = False, **extra: Any) -> None:
+        """Checkpoint the model, optimiser, schedule, ``counters`` and config (atomically)."""
+        save_checkpoint(self.run_dir, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
+                        counters=counters, config=to_dict(self.config), milestone=milestone, **extra)
+        self.saved_step = int(counters["step"])
