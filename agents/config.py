@@ -130,7 +130,7 @@ def make_parser(schema: type, prog: str | None, description: str | None,
     if short_flags:
         epilog = "short forms: " + ", ".join(f"{k} = --{v}" for k, v in short_flags.items())
     parser = ArgumentParser(prog=prog, description=description, epilog=epilog, exit_on_error=False,
-                            default_meta=False, allow_abbrev=False, print_config=None,
+                            allow_abbrev=False, print_config=None,
                             usage="%(prog)s [--config FILE] [--section.key VALUE ...]")
     parser.add_argument("--config", type=str, default=None,
                         help="A YAML file merged over the defaults (flags override it).")
@@ -343,6 +343,11 @@ def one_line(error: BaseException, parser: ArgumentParser) -> str:
         if r := _EXPECTED.search(detail):
             return f"--{key}: expected {_TYPES.get(r.group(1), r.group(1))}, got {r.group(2)!r}"
         return f"--{key}: {' '.join(detail.split())}"
+    if m := re.match(r"the following arguments are required: (.*)", text):
+        names = [a.metavar or a.dest for a in parser._actions if a.dest in m.group(1).split(", ")]
+        return f"missing {', '.join(map(str, names)) or m.group(1)}"
+    if m := re.match(r"argument (\S+): expected one argument", text):
+        return f"{m.group(1)}: needs a value (a negative number is written {m.group(1)}=-1)"
     if m := re.search(r"Group '([^']+)' does not accept option '([^']+)'", text):
         return f"unknown key {m.group(1)}.{m.group(2)}; valid keys of {m.group(1)}: {_keys(parser, m.group(1))}"
     if m := re.search(r"Key '([^']+)' is not expected", text):

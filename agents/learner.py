@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import math
 import signal
 import time
@@ -127,6 +128,7 @@ class TrainConfig:
 NETWORKS: dict[str, type] = {"maze": MLPNetworkConfig, "atari": ResNetNetworkConfig}
 
 
+@functools.cache
 def rl_schema(env: str, core: str) -> type:
     """The config dataclass of an entry point: TrainConfig with typed ``core``, ``env`` and ``network``."""
     network = NETWORKS[env]

@@ -21,6 +21,7 @@ at the end.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -126,6 +127,7 @@ class Config:
         return self.run.run_dir.format(task=self.task.name, core=self.core.name)
 
 
+@functools.cache
 def supervised_schema(task: str, core: str) -> type:
     """The config dataclass of launch/supervised.py: Config with typed ``task`` and ``core``."""
     return dataclasses.make_dataclass(

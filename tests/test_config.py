@@ -1,117 +1,207 @@
-"""Config loading: YAML + per-variant defaults + --key / --set overrides, and clear errors."""
+"""The typed config: YAML defaults, presets, --config, flags, --help, --print_config, and one-line errors."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Any, Literal
 
 import pytest
+import yaml
 
-from agents.config import ConfigError, parse_config
-
-
-@dataclass
-class Optim:
-    name: Literal["rmsprop", "adam"] = "rmsprop"
-    lr: float = 6e-4
-    milestones: list[int] = field(default_factory=list)
+from agents.config import apply_presets
+from launch import atari, evaluate, maze, supervised
 
 
-@dataclass
-class Actor:
-    num_actors: int = 2
-    unroll_length: int = 20
-
-
-@dataclass
-class Schema:
-    core: str = "lstm"
-    device: str = "cpu"
-    seed: int = 0
-    optim: Optim = field(default_factory=Optim)
-    actor: Actor = field(default_factory=Actor)
-    core_options: dict[str, Any] = field(default_factory=dict)
-    core_defaults: dict[str, Any] = field(default_factory=dict)
-
-
-def write(tmp_path, text):
-    path = tmp_path / "cfg.yaml"
+def write(tmp_path, text, name="cfg.yaml"):
+    path = tmp_path / name
     path.write_text(text)
     return str(path)
 
 
-def parse(argv, path=None):
-    return parse_config(Schema, argv, default_path=path, variants=("core", "core_defaults"))
+def test_precedence_defaults_presets_config_file_flags(tmp_path):
+    cfg = maze.load([])
+    assert cfg.core.name == "lstm" and cfg.core.hidden_size == 128  # maze.yaml's lstm preset over fastnet's 256
+    assert cfg.optim.lr == 2e-3 and cfg.run.total_steps == 20_000_000
+    delta = maze.load(["--core", "delta"])
+    assert (delta.core.name, delta.core.hidden_size, delta.core.feature_map) == ("delta", 64, "elu")
+    user = write(tmp_path, "core: {hidden_size: 32}\noptim: {lr: 1.0e-3}\nrun: {seed: 3}\n")
+    cfg = maze.load(["--core", "delta", "--config", user])  # the file beats the preset ...
+    assert (cfg.core.hidden_size, cfg.core.num_layers, cfg.optim.lr, cfg.run.seed) == (32, 1, 1e-3, 3)
+    cfg = maze.load(["--config", user, "--core", "delta", "--optim.lr", "5e-4", "--core.hidden_size=48"])
+    assert (cfg.core.hidden_size, cfg.optim.lr) == (48, 5e-4)  # ... and flags beat the file
+    chosen_in_file = maze.load(["--config", write(tmp_path, "core: {name: mnm_p}\n", "core.yaml")])
+    assert chosen_in_file.core.name == "mnm_p" and chosen_in_file.core.memory_size == 32  # its preset applies
 
 
-def test_defaults_yaml_and_overrides(tmp_path):
-    path = write(tmp_path, "seed: 3\noptim: {lr: 1.0e-3}\ncore_options: {hidden_size: 64}\n")
-    cfg = parse(["--lr", "2e-3", "--num_actors", "4", "--set", "core_options.num_layers=2",
-                 "--set", "optim.milestones=[10, 20]", "--device=cuda"], path)
-    assert cfg.seed == 3 and cfg.device == "cuda"
-    assert cfg.optim.lr == 2e-3 and isinstance(cfg.optim.lr, float)
-    assert cfg.actor.num_actors == 4 and cfg.actor.unroll_length == 20
-    assert cfg.core_options == {"hidden_size": 64, "num_layers": 2}
-    assert cfg.optim.milestones == [10, 20]
+def test_short_flags(tmp_path):
+    cfg = maze.load(["--core", "delta", "--total_steps", "1000", "--num_actors", "3", "--run_dir", "x",
+                     "--device=cpu", "--seed", "4"])
+    assert (cfg.core.name, cfg.run.total_steps, cfg.actor.num_actors, cfg.run.run_dir, cfg.run.seed) == \
+        ("delta", 1000, 3, "x", 4)
+    game = atari.load(["--game", "MsPacman", "--core", "lstm"])
+    assert game.env.game == "MsPacman" and game.resolved_run_dir() == "runs/atari-MsPacman-lstm"
+    task = supervised.load(["--task", "code3", "--core", "lstm"])
+    assert (task.task.name, task.task.bucket, task.optim.lr, task.optim.grad_clip) == ("code3", 8, 3e-3, 0.1)
 
 
-def test_ints_become_floats():
-    assert parse(["--lr", "1"]).optim.lr == 1.0
+def test_task_presets_nest_core_presets():
+    raw = {"optim": {"lr": 1}, "presets": {"task": {"a": {"optim": {"lr": 2}, "presets": {"core": {"x": {
+        "optim": {"lr": 3}}}}}}, "core": {"x": {"optim": {"lr": 4}, "core": {"k": 1}}}}}
+    assert apply_presets(raw, {"task": "a", "core": "x"}) == {"optim": {"lr": 3}, "core": {"k": 1}}
+    assert apply_presets(raw, {"task": "a", "core": "y"}) == {"optim": {"lr": 2}}
+    assert apply_presets(raw, {"task": "b", "core": "x"}) == {"optim": {"lr": 4}, "core": {"k": 1}}
 
 
-def test_variant_defaults_sit_between_yaml_and_cli(tmp_path):
-    path = write(tmp_path, "optim: {lr: 1.0e-3}\ncore_defaults:\n  delta: {optim: {lr: 5.0e-4}, "
-                           "core_options: {num_heads: 2}}\n")
-    assert parse([], path).optim.lr == 1e-3
-    cfg = parse(["--core", "delta"], path)
-    assert cfg.optim.lr == 5e-4 and cfg.core_options == {"num_heads": 2}
-    assert parse(["--core", "delta", "--lr", "7e-4"], path).optim.lr == 7e-4
-    # the variant table itself set on the command line takes effect too
-    assert parse(["--core", "delta", "--set", "core_defaults.delta.optim.lr=2e-4"], path).optim.lr == 2e-4
-    assert parse(["--set", "core_defaults.linear.optim.lr=2e-4"], path).optim.lr == 1e-3  # another core's
+def test_retrieval_presets_match_the_paper_setting():
+    cfg = supervised.load(["--task", "retrieval1", "--core", "delta"])
+    assert (cfg.core.feature_map, cfg.core.dpfp_nu, cfg.train.batch_size, cfg.optim.lr) == ("dpfp", 1, 32, 1e-3)
+    assert not hasattr(cfg.task, "setting")  # the task name fixes it
+    assert supervised.load(["--task", "retrieval1", "--core", "lstm"]).core.hidden_size == 256
 
 
-def test_malformed_yaml_names_the_file(tmp_path):
-    path = write(tmp_path, "optim: {lr: [1, 2\n")
-    with pytest.raises(ConfigError, match="cfg.yaml: malformed YAML"):
-        parse([], path)
-    with pytest.raises(ConfigError, match="does not exist"):
-        parse([], str(tmp_path / "missing.yaml"))
+def test_print_config_prints_the_resolved_yaml_that_loads_back(tmp_path, capsys):
+    with pytest.raises(SystemExit) as done:
+        maze.load(["--core", "rec_delta", "--optim.lr", "1e-3", "--print_config"])
+    assert done.value.code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["core"] == {"name": "rec_delta", "hidden_size": 64, "num_layers": 1, "num_heads": 4,
+                               "head_dim": 16, "ff_size": 128}
+    assert printed["optim"]["lr"] == 1e-3
+    again = maze.load(["--config", write(tmp_path, yaml.safe_dump(printed))])
+    assert again == maze.load(["--core", "rec_delta", "--optim.lr", "1e-3"])
 
 
-def test_unknown_keys_list_the_valid_ones(tmp_path):
-    with pytest.raises(ConfigError, match=r"unknown key 'optim.learning_rate'.*optim.lr"):
-        parse([], write(tmp_path, "optim: {learning_rate: 1.0}\n"))
-    with pytest.raises(ConfigError, match=r"unknown key 'bogus'.*valid keys: core"):
-        parse(["--set", "bogus=1"])
-    with pytest.raises(ConfigError, match=r"unknown flag --bogus.*--num_actors"):
-        parse(["--bogus", "1"])
+@pytest.mark.parametrize("module,argv,must_show", [
+    (maze, ["--help"], ["--core.hidden_size", "LSTM units per layer", "type: int, default: 128", "--optim.lr",
+                        "Learning rate", "type: PositiveFloat, default: 0.002", "ff, lstm, linear, delta",
+                        "--actor.start_method {fork,spawn,forkserver}", "short forms: "]),
+    (maze, ["--core", "mnm_p", "--help"], ["--core.memory_size", "default: 32", "--core.memory_init_gain"]),
+    (atari, ["--help"], ["--env.game {Adventure,", "MsPacman", "--network.channels", "default: delta"]),
+    (supervised, ["--task", "listops10", "--help"], ["--task.bucket", "--task.sublist_prob", "retrieval1, retrieval2",
+                                                      "--train.select_metric {loss,mse,ppl,token_acc,seq_acc}"]),
+    (evaluate, ["--help"], ["--runs RUNS", "type: PositiveInt, default: 5", "--sample", "RUN_OR_CHECKPOINT"]),
+])
+def test_help_lists_types_defaults_choices_and_descriptions(module, argv, must_show, capsys):
+    with pytest.raises(SystemExit) as done:
+        module.main(argv)
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for item in must_show:
+        assert " ".join(item.split()) in text, item
+    if argv[:2] == ["--core", "mnm_p"]:
+        assert "--core.feature_map" not in text and "--core.head_dim" not in text  # exactly mnm_p's options
 
 
-def test_ill_typed_values(tmp_path):
-    with pytest.raises(ConfigError, match=r"cfg.yaml: actor.num_actors must be int, got str"):
-        parse([], write(tmp_path, "actor: {num_actors: two}\n"))
-    with pytest.raises(ConfigError, match=r"--num_actors: num_actors must be int, got float"):
-        parse(["--num_actors", "2.5"])
-    with pytest.raises(ConfigError, match=r"must be one of \['rmsprop', 'adam'\]"):
-        parse(["--set", "optim.name=sgd"])
-    with pytest.raises(ConfigError, match="is a section"):
-        parse(["--set", "optim=3"])
+def _bad_inputs(tmp):
+    """(entry point, argv, text the one-line error must contain)."""
+    bad_yaml = write(tmp, "optim: {lr: [1, 2\n", "bad.yaml")
+    not_mapping = write(tmp, "- 1\n- 2\n", "list.yaml")
+    unknown_section = write(tmp, "optimiser: {lr: 1.0}\n", "section.yaml")
+    unknown_key = write(tmp, "optim: {learning_rate: 1.0}\n", "key.yaml")
+    wrong_type = write(tmp, "actor: {num_actors: two}\n", "type.yaml")
+    bad_core = write(tmp, "core: {name: transformer}\n", "core.yaml")
+    return [
+        (maze, ["--config", bad_yaml], "malformed YAML at line"),
+        (maze, ["--config", not_mapping], "top level must be a mapping"),
+        (maze, ["--config", unknown_section], "optimiser"),
+        (maze, ["--config", unknown_key], "optim.learning_rate"),
+        (maze, ["--config", wrong_type], "actor.num_actors"),
+        (maze, ["--config", bad_core], "unknown core 'transformer'"),
+        (maze, ["--config", str(tmp / "missing.yaml")], "does not exist"),
+        (maze, ["--core", "transformer"], "core.name: unknown core 'transformer'; choose one of: ff, lstm"),
+        (maze, ["--optim.learning_rate", "1"], "--optim.learning_rate; valid keys of optim: name, lr"),
+        (maze, ["--bogus", "1"], "unknown option --bogus"),
+        (maze, ["--core", "delta", "--core.memory_size", "3"], "valid keys of core: hidden_size"),
+        (maze, ["--core", "lstm", "--core.feature_map", "elu"], "--core.feature_map"),
+        (maze, ["--num_actors", "two"], "--actor.num_actors: expected an integer > 0, got 'two'"),
+        (maze, ["--num_actors", "2.5"], "--actor.num_actors: expected an integer > 0"),
+        (maze, ["--optim.lr", "abc"], "--optim.lr: expected a number > 0"),
+        (maze, ["--optim.lr", "0"], "--optim.lr: must be > 0, got 0"),
+        (maze, ["--optim.lr=-1e-3"], "--optim.lr: must be > 0"),
+        (maze, ["--optim.lr"], "--optim.lr: needs a value"),
+        (maze, ["--actor.unroll_length", "0"], "--actor.unroll_length: must be > 0"),
+        (maze, ["--loss.discount", "1.5"], "--loss.discount: must be in [0, 1], got 1.5"),
+        (maze, ["--optim.grad_clip", "-1"], "--optim.grad_clip: must be >= 0"),
+        (maze, ["--optim.name", "sgd"], "--optim.name: expected one of 'rmsprop', 'adam'; got 'sgd'"),
+        (maze, ["--actor.start_method", "thread"], "--actor.start_method"),
+        (maze, ["--network.prev_action", "maybe"], "--network.prev_action: expected true or false"),
+        (maze, ["--core", "delta", "--core.feature_map", "relu"], "--core.feature_map: expected one of 'elu'"),
+        (maze, ["--learner.batch_size", "100"], "learner.batch_size: 100 must be a multiple of actor.envs_per_actor"),
+        (maze, ["--env.size", "4"], "env: size must be an odd int >= 5"),
+        (maze, ["--device", "cuda:7" if not _has_cuda() else "tpu"], "--run.device"),
+        (maze, ["--device", "tpu"], "--run.device: unknown device 'tpu'"),
+        (atari, ["--game", "Pongg"], "--env.game: expected one of 'Adventure'"),
+        (atari, ["--env.sticky_action_prob", "x"], "--env.sticky_action_prob"),
+        (supervised, ["--task", "sorting"], "task.name: unknown task 'sorting'; choose one of: retrieval1"),
+        (supervised, ["--task", "dict", "--task.num_keys", "3"], "valid keys of task: num_pairs, seq_len"),
+        (supervised, ["--train.select_metric", "f1"], "--train.select_metric: expected one of"),
+        (supervised, ["--train.eval_every", "0"], "--train.eval_every: must be > 0"),
+        (supervised, ["--task", "retrieval1", "--task.num_keys", "0", "--run_dir", "{run_dir}"], "task:"),
+        (supervised, ["--task", "code3", "--task.num_statements", "1", "--run_dir", "{run_dir}"],
+         "task: num_statements must be >= 2"),
+        (supervised, ["--task", "lm", "--run_dir", "{run_dir}"], "task: language-model data not found"),
+        (evaluate, ["--runs", "0", "x"], "--runs: must be > 0"),
+        (evaluate, ["x", "--episodes", "30", "--envs_per_run", "7"], "--envs_per_run: 7 must divide --episodes"),
+        (evaluate, [], "RUN_OR_CHECKPOINT"),
+    ]
 
 
-def test_settings_that_would_hang_or_spoil_a_run_are_clear_errors(tmp_path):
-    from agents.learner import TrainConfig, train
-    cfg = TrainConfig(total_steps=100)
-    cfg.actor.num_actors, cfg.optim.grad_clip, cfg.network.reward_clip = 0, -1.0, 0.0
-    with pytest.raises(ConfigError) as error:
-        train(cfg)  # before any actor starts: 0 actors would wait for batches forever
-    assert str(error.value) == ("actor.num_actors must be > 0, got 0; network.reward_clip must be > 0, got 0.0; "
-                                "optim.grad_clip must be >= 0, got -1.0")
+def _has_cuda():
+    import torch
+    return torch.cuda.is_available()
 
-    from agents.supervised import Config
-    from agents.supervised import train as train_supervised
-    sup = Config(run_dir=str(tmp_path))
-    sup.train.eval_every, sup.optim.clip_norm = 0, -0.5
-    with pytest.raises(ConfigError, match="train.eval_every must be > 0, got 0; optim.clip_norm must be >= 0"):
-        train_supervised(sup, quiet=True)
-    assert not os.listdir(tmp_path)
+
+def _snapshot(directory):
+    out = {}
+    for root, _, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, directory)] = f.read()
+    return out
+
+
+def test_bad_input_is_one_line_exit_2_and_leaves_the_run_dir_untouched(tmp_path, capsys):
+    """At least 25 malformed inputs: each gives exit code 2 and one line naming the key, and
+    the run directory (which holds an earlier run's file) is byte-identical afterwards."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "logs.csv").write_text("step,time\n1,0.5\n")
+    before = _snapshot(run_dir)
+    cases = _bad_inputs(tmp_path)
+    assert len(cases) >= 25
+    for module, argv, expected in cases:
+        argv = [str(run_dir) if a == "{run_dir}" else a for a in argv]
+        if "--run_dir" not in argv and module is not evaluate:
+            argv += ["--run_dir", str(run_dir)]
+        with pytest.raises(SystemExit) as stop:
+            module.main(argv)
+        captured = capsys.readouterr()
+        lines = captured.err.strip().splitlines()
+        assert stop.value.code == 2, (argv, captured.err)
+        assert len(lines) == 1 and lines[0].startswith("config error: "), (argv, captured.err)
+        assert expected in lines[0], (argv, lines[0])
+        assert "Traceback" not in captured.err + captured.out
+        assert _snapshot(run_dir) == before, argv
+
+
+TINY = ["--num_actors", "1", "--actor.envs_per_actor", "8", "--learner.batch_size", "8", "--actor.unroll_length", "5",
+        "--log.tensorboard", "false", "--core.hidden_size", "16"]
+
+
+def test_a_change_that_cannot_survive_a_resume_is_refused(tmp_path, capsys):
+    run_dir = str(tmp_path / "run")
+    maze.main(["--core", "lstm", "--total_steps", "80", "--run_dir", run_dir, *TINY])
+    before = _snapshot(run_dir)
+    for change in (["--core.hidden_size", "32"], ["--optim.lr", "1e-2"], ["--seed", "1"], ["--env.size", "11"]):
+        with pytest.raises(SystemExit) as stop:
+            maze.main(["--core", "lstm", "--total_steps", "80", "--run_dir", run_dir, *TINY, *change])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert stop.value.code == 2 and len(err) == 1 and "belongs to a run with other settings" in err[0]
+        assert change[0].lstrip("-").split(".")[-1] in err[0]
+        assert _snapshot(run_dir) == before
+    with pytest.raises(SystemExit) as stop:  # another core has other keys altogether
+        maze.main(["--core", "delta", "--total_steps", "80", "--run_dir", run_dir, *TINY])
+    assert stop.value.code == 2 and "core.name 'lstm' -> 'delta'" in capsys.readouterr().err
+    # what may change on resume: the budget, actors, logging
+    summary = maze.main(["--core", "lstm", "--total_steps", "160", "--run_dir", run_dir, *TINY, "--num_actors", "2",
+                         "--log.print_every_s", "100"])
+    assert summary["step"] == 160

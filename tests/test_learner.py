@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from agents.learner import TrainConfig, build_model, compute_loss, learn, resolve_device
+from agents.learner import build_model, compute_loss
+from agents.training import Trainer
 from agents.vtrace import total_loss
+from launch.maze import load
 
 T, N, A, OBS = 5, 3, 4, (10,)
 
@@ -28,21 +30,31 @@ def fixed_batch(model, seed=0):
     return batch
 
 
-def make(core, **learner):
-    options = {"ff": {}, "lstm": {"hidden_size": 16},
-               "delta": {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "head_dim": 8, "ff_size": 32},
-               "mnm_p": {"controller_size": 16, "memory_size": 8, "num_heads": 2, "memory_layers": 2,
-                         "output_size": 16}}
-    cfg = TrainConfig(core=core, core_options=options[core])
-    cfg = dataclasses.replace(cfg, learner=dataclasses.replace(cfg.learner, **learner))
+CORE_FLAGS = {"ff": [], "lstm": ["--core.hidden_size", "16"],
+              "delta": ["--core.hidden_size", "16", "--core.num_layers", "1", "--core.num_heads", "2",
+                        "--core.head_dim", "8", "--core.ff_size", "32"],
+              "mnm_p": ["--core.controller_size", "16", "--core.memory_size", "8", "--core.num_heads", "2",
+                        "--core.memory_layers", "2", "--core.output_size", "16"]}
+
+
+def make(core, *flags):
+    cfg = load(["--core", core, *CORE_FLAGS[core], *flags])
     torch.manual_seed(0)
     return cfg, build_model(cfg, OBS, A)
+
+
+def sgd_trainer(model, cfg):
+    """A Trainer whose optimiser is plain SGD with lr 1, so a step moves the parameters by the gradient."""
+    trainer = Trainer(model, cfg.optim, 1.0, "unused", cfg)
+    trainer.optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    trainer.scheduler = torch.optim.lr_scheduler.LambdaLR(trainer.optimizer, lambda _: 1.0)
+    return trainer
 
 
 def reference_loss(model, batch, cfg):
     """V-trace (Eq. 1, as an explicit sum) and the IMPALA loss, written out with numpy, plus the
     core's aux losses (per-step means) weighted per sample: weight × T × N × aux."""
-    lc = cfg.learner
+    lc = cfg.loss
     state = tuple(batch[f"state_{i}"] for i in range(len(model.initial_state(1))))
     with torch.no_grad():
         logits, baseline, _, aux = model(batch["obs"], batch["reward"], batch["action"], batch["done"], state)
@@ -79,7 +91,7 @@ def reference_loss(model, batch, cfg):
 
 @pytest.mark.parametrize("core", ["ff", "lstm", "delta", "mnm_p"])
 def test_loss_matches_reference(core):
-    cfg, model = make(core, rho_bar=1.0, c_bar=1.0, aux_loss_weights={"meta": 0.5})
+    cfg, model = make(core, "--loss.rho_bar", "1.0", "--loss.c_bar", "1.0", "--loss.aux_loss_weights", "{meta: 0.5}")
     batch = fixed_batch(model)
     loss, terms = compute_loss(model.eval(), batch, cfg)
     assert loss.item() == pytest.approx(reference_loss(model, batch, cfg), rel=1e-4)
@@ -108,39 +120,26 @@ def test_aux_losses_are_weighted():
     assert got.item() == pytest.approx(1.0 + 0.5 * 2.0 - 0.1 * 3.0 + 0.2 * 5.0 + 7.0)
 
 
-@pytest.mark.parametrize("grad_clip", [0.0, 1e-3])
-def test_learn_clips_the_global_gradient_norm_and_zero_means_off(grad_clip):
+@pytest.mark.parametrize("grad_clip", ["0.0", "1e-3"])
+def test_update_clips_the_global_gradient_norm_and_zero_means_off(grad_clip):
     """One SGD step of lr 1 moves the parameters by the (clipped) gradient: by at most
     grad_clip when clipping, by the whole gradient when grad_clip is 0."""
-    cfg, model = make("lstm")
-    cfg = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, grad_clip=grad_clip))
+    cfg, model = make("lstm", "--optim.grad_clip", grad_clip)
     batch = fixed_batch(model)
     loss, _ = compute_loss(model, batch, cfg)
     grads = torch.autograd.grad(loss, list(model.parameters()))
     full_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
     before = [p.detach().clone() for p in model.parameters()]
-    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    stats = learn(model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0), batch, cfg,
-                  torch.device("cpu"))
+    stats = sgd_trainer(model, cfg).update(lambda: compute_loss(model, batch, cfg))
     step = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, model.parameters())])
     assert stats["grad_norm"] == pytest.approx(full_norm.item(), rel=1e-4)
-    expected = full_norm.item() if grad_clip == 0 else grad_clip
+    expected = full_norm.item() if float(grad_clip) == 0 else float(grad_clip)
     assert torch.linalg.vector_norm(step).item() == pytest.approx(expected, rel=1e-3)
 
 
-def test_learn_redraws_favor_features_once_per_batch():
-    cfg, _ = make("delta")
-    cfg = dataclasses.replace(cfg, core_options={**cfg.core_options, "feature_map": "favor", "favor_features": 4})
+def test_update_redraws_favor_features_once_per_batch():
+    cfg, _ = make("delta", "--core.feature_map", "favor", "--core.favor_features", "4")
     model = build_model(cfg, OBS, A)
     R = model.core.layers[0].phi.projection.clone()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    learn(model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0), fixed_batch(model), cfg,
-          torch.device("cpu"))
+    sgd_trainer(model, cfg).update(lambda: compute_loss(model, fixed_batch(model), cfg))
     assert not torch.equal(model.core.layers[0].phi.projection, R)
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
-def test_cuda_missing_is_a_clear_error():
-    with pytest.raises(RuntimeError, match="CUDA is not available.*--device cpu"):
-        resolve_device("cuda")
-    assert resolve_device("cpu").type == "cpu"

@@ -36,6 +36,9 @@ class AssociativeRetrieval(Task):
         """
         if setting not in (1, 2):
             raise ValueError(f"setting must be 1 or 2, got {setting}")
+        if num_keys < 1 or eval_sequences < 1 or (seq_len is not None and seq_len < 1):
+            raise ValueError(f"num_keys, seq_len and eval_sequences must be >= 1, got {num_keys}, {seq_len} and "
+                             f"{eval_sequences}")
         S = num_keys
         L = seq_len if seq_len is not None else (S if setting == 1 else 2 * S)
         if setting == 1 and L > S:

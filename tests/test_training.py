@@ -1,0 +1,99 @@
+"""The shared trainer skeleton: optimiser schedule, the non-finite guard, device resolution."""
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+import torch
+
+import agents.learner
+from agents.checkpoint import load_checkpoint
+from agents.errors import ConfigError
+from agents.training import NonFiniteError, OptimConfig, Trainer, build_optimizer, resolve_device
+from launch import maze
+
+
+def linear_trainer(tmp_path, max_nonfinite_steps=3):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    cfg = OptimConfig(name="adam", lr=0.1, max_nonfinite_steps=max_nonfinite_steps)
+    return model, Trainer(model, cfg, 100, str(tmp_path), config=cfg)
+
+
+def test_nonfinite_updates_are_skipped_and_too_many_in_a_row_stop(tmp_path):
+    model, trainer = linear_trainer(tmp_path)
+    x = torch.ones(4, 3)
+
+    def loss(scale):
+        return lambda: (((model(x) * scale) ** 2).mean(), {})
+
+    def params():
+        return [p.detach().clone() for p in model.parameters()]
+
+    before = params()
+    assert trainer.update(loss(1.0))["nonfinite"] == 0
+    assert not all(torch.equal(a, b) for a, b in zip(before, params()))
+    for bad in (math.nan, math.inf):  # two bad updates: skipped, weights and lr schedule untouched
+        before, lr = params(), trainer.scheduler.get_last_lr()
+        stats = trainer.update(loss(bad))
+        assert stats["nonfinite"] == 1 and all(torch.equal(a, b) for a, b in zip(before, params()))
+        assert trainer.scheduler.get_last_lr() == lr
+    trainer.update(loss(1.0))  # a good one resets the count
+    trainer.update(loss(math.nan))
+    trainer.update(loss(math.nan))
+    with pytest.raises(NonFiniteError, match="NaN or inf in 3 updates in a row"):
+        trainer.update(loss(math.nan))
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_schedule_warms_up_then_decays_linearly():
+    params = [torch.nn.Parameter(torch.zeros(1))]
+    opt, sched = build_optimizer(params, OptimConfig(name="adam", lr=1.0, warmup_steps=4, lr_decay=True), 10)
+    lrs = []
+    for _ in range(11):
+        lrs.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    expected = [min(1.0, (u + 1) / 4) * (1 - u / 10) for u in range(11)]
+    assert lrs == pytest.approx(expected)
+
+
+def test_a_nan_loss_mid_run_stops_the_run_and_keeps_a_finite_checkpoint(tmp_path, monkeypatch, capsys):
+    """The loss turns NaN after 6 updates: the run skips those updates, stops after
+    max_nonfinite_steps of them with one line and exit code 1, and its checkpoint is finite."""
+    calls = {"n": 0}
+    real = agents.learner.compute_loss
+
+    def poisoned(model, batch, cfg):
+        loss, terms = real(model, batch, cfg)
+        calls["n"] += 1
+        return (loss * math.nan if calls["n"] > 6 else loss), terms
+
+    monkeypatch.setattr(agents.learner, "compute_loss", poisoned)
+    run_dir = tmp_path / "run"
+    with pytest.raises(SystemExit) as stop:
+        maze.main(["--core", "lstm", "--core.hidden_size", "16", "--num_actors", "1", "--actor.envs_per_actor", "8",
+                   "--learner.batch_size", "8", "--actor.unroll_length", "5", "--total_steps", "100000",
+                   "--checkpoint.interval_minutes", "1e-9", "--optim.max_nonfinite_steps", "3",
+                   "--log.tensorboard", "false", "--run_dir", str(run_dir)])
+    assert stop.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "NaN or inf in 3 updates in a row" in err[0]
+    payload = load_checkpoint(str(run_dir / "checkpoint.pt"))
+    assert all(torch.isfinite(v).all() for v in payload["model"].values())
+    with open(run_dir / "logs.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(float(r["nonfinite"])) for r in rows] == [0] * 6 + [1] * 2  # the third stopped the run
+    assert payload["counters"]["step"] == int(rows[-1]["step"])
+    resumed = maze.load(["--core", "lstm", "--core.hidden_size", "16", "--run_dir", str(run_dir)])
+    assert resumed.core.hidden_size == 16
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+def test_cuda_missing_and_unknown_devices_are_clear_errors():
+    with pytest.raises(ConfigError, match="CUDA is not available.*--device cpu"):
+        resolve_device("cuda")
+    with pytest.raises(ConfigError, match="unknown device 'tpu'"):
+        resolve_device("tpu")
+    assert resolve_device("cpu").type == "cpu" and resolve_device("auto").type == "cpu"
