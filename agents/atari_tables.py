@@ -3,7 +3,7 @@
 ``PAPER_SCORES[step][game][core] = (mean, std)``: the mean and std of 5 run means, each over 30
 episodes. Games are Gymnasium names (``envs.atari.PAPER_GAMES``), cores the ``--core`` names:
 Feedforward ``ff``, LSTM ``lstm``, LT ``linear``, Delta Net ``delta``, RDN ``rec_delta``,
-Delta RNN ``delta_rnn``. Extracted from ``shared/papers/recurrent-fwp-appendix.txt`` by
+Delta RNN ``delta_rnn``. Extracted from the appendix text (tests/data holds the two tables) by
 :func:`parse_appendix` (tests/test_evaluate.py checks the two agree). Two figures are read as the
 appendix prints them, typos included: Delta RNN on James Bond at 50M is "2,929.3", and the
 Delta Net on Zaxxon at 200M is printed "1,0523" (read as 10,523).

@@ -19,30 +19,28 @@ import torch
 import fastnet
 from agents.actor import ActorError
 from agents.checkpoint import latest_checkpoint, load_checkpoint
-from agents.config import parse_config
+from agents.errors import ConfigError
 from agents.learner import TrainConfig, train
 from agents.logger import read_csv
 from fastnet.registry import core_class
-
-pytest.importorskip("envs.maze")
+from launch import maze
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAZE = os.path.join(ROOT, "launch", "maze.py")
-CONFIG = os.path.join(ROOT, "launch", "configs", "maze.yaml")
-SMALL = ["--num_actors", "2", "--envs_per_actor", "8", "--unroll_length", "10", "--batch_size", "16",
-         "--set", "env.options.episode_length=20", "--set", "log.tensorboard=false"]
+SMALL = ["--num_actors", "2", "--actor.envs_per_actor", "8", "--actor.unroll_length", "10",
+         "--learner.batch_size", "16", "--env.episode_length", "20", "--log.tensorboard", "false"]
 TINY = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "head_dim": 8, "ff_size": 32,
         "controller_size": 16, "memory_size": 16, "memory_layers": 2, "output_size": 16}
 
 
-def tiny_options(core: str) -> dict:
+def tiny_flags(core: str) -> list[str]:
+    """``--core.<option> <value>`` for the TINY sizes that ``core`` has."""
     fields = {f.name for f in dataclasses.fields(core_class(core).Config)}
-    return {k: v for k, v in TINY.items() if k in fields}
+    return [a for k, v in TINY.items() if k in fields for a in (f"--core.{k}", str(v))]
 
 
 def config(core: str, run_dir: str, *extra: str) -> TrainConfig:
-    argv = ["--core", core, "--run_dir", run_dir, "--set", f"core_options={tiny_options(core)}", *SMALL, *extra]
-    return parse_config(TrainConfig, argv, CONFIG, variants=("core", "core_defaults"))
+    return maze.load(["--core", core, "--run_dir", run_dir, *tiny_flags(core), *SMALL, *extra])
 
 
 def core_available(core: str) -> bool:
@@ -69,7 +67,7 @@ def test_every_core_trains_logs_checkpoints_and_resumes(core, tmp_path):
     assert [r["step"] for r in rows] == [160 * i for i in range(1, 13)]
     assert not math.isnan(rows[-1]["mean_return"]) and math.isfinite(rows[-1]["loss"])
     assert os.path.exists(os.path.join(run_dir, "config.yaml"))
-    with pytest.raises(ValueError, match="seed: 0 in the checkpoint, 1 now"):  # another run's directory
+    with pytest.raises(ConfigError, match="run.seed 0 -> 1"):  # another run's directory
         train(config(core, run_dir, "--total_steps", "2880", "--seed", "1"))
     assert multiprocessing.active_children() == []
 
@@ -110,7 +108,7 @@ def test_stop_signal_checkpoints_and_stops_every_process(stop_signal, to_group, 
     """Ctrl-C reaches the learner; a scheduler's SIGTERM (preemption) reaches every process."""
     run_dir = str(tmp_path / "stop")
     argv = [sys.executable, MAZE, "--core", "lstm", "--run_dir", run_dir, "--total_steps", "10000000",
-            "--set", f"core_options={tiny_options('lstm')}", *SMALL]
+            *tiny_flags("lstm"), *SMALL]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     csv_path = os.path.join(run_dir, "logs.csv")
@@ -133,7 +131,7 @@ def test_stop_signal_checkpoints_and_stops_every_process(stop_signal, to_group, 
 def test_sigkill_leaves_no_orphans_and_the_same_command_resumes(tmp_path):
     run_dir = str(tmp_path / "sigkill")
     argv = [sys.executable, MAZE, "--core", "delta", "--run_dir", run_dir, "--total_steps", "10000000",
-            "--set", f"core_options={tiny_options('delta')}", "--set", "checkpoint.milestones=[320]", *SMALL]
+            *tiny_flags("delta"), "--checkpoint.milestones", "[320]", *SMALL]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     csv_path = os.path.join(run_dir, "logs.csv")
     deadline = time.time() + 120

@@ -5,14 +5,17 @@ import dataclasses
 import importlib.util
 import json
 import os
-import sys
 
 import pytest
 import torch
 
-from agents.supervised import Config, ModelConfig, OptimConfig, TrainConfig, evaluate, train
+from agents.config import core_section, task_section
+from agents.errors import ConfigError
+from agents.supervised import Config, LogConfig, LoopConfig, ModelConfig, evaluate, train
+from agents.training import OptimConfig, RunConfig
 from envs.tasks import make_task
 from fastnet import CORES
+from launch import supervised as launcher
 
 torch.set_num_threads(1)
 
@@ -46,12 +49,19 @@ def core_params():
         yield pytest.param(core, marks=marks, id=core)
 
 
+def make_config(task, core, run_dir, core_options=None, model=None, optim=None, seed=0, **train_kw):
+    """A Config built directly (not through the command line), as a script would."""
+    return Config(task=task_section(task)(), core=core_section(core)(**(core_options or {})),
+                  run=RunConfig(run_dir=str(run_dir), seed=seed, num_threads=0),
+                  model=model or ModelConfig(), optim=optim or OptimConfig(name="adam", lr=1e-3, eps=1e-8, grad_clip=0.0),
+                  train=LoopConfig(**{"batch_size": 64, **train_kw}), log=LogConfig(every=1, tensorboard=False))
+
+
 def tiny_config(task, core, run_dir, **train_kw):
-    return Config(task=task, core=core, run_dir=str(run_dir), core_options=dict(TINY_CORES[core]),
-                  model=ModelConfig(kind="stack", embedding_size=8),
-                  optim=OptimConfig(lr=1e-3, batch_size=4, warmup_steps=2, clip_norm=1.0),
-                  train=TrainConfig(**{"max_steps": 2, "eval_every": 2, "eval_batch_size": 8,
-                                       "checkpoint_every": 0, "log_every": 1, **train_kw}))
+    return make_config(task, core, run_dir, TINY_CORES[core], ModelConfig(kind="stack", embedding_size=8),
+                       OptimConfig(name="adam", lr=1e-3, eps=1e-8, warmup_steps=2, grad_clip=1.0),
+                       **{"batch_size": 4, "max_steps": 2, "eval_every": 2, "eval_batch_size": 8,
+                          "checkpoint_every": 0, **train_kw})
 
 
 def tiny_task(name, tmp_path):
@@ -86,30 +96,26 @@ def test_every_task_trains_with_every_core(task_name, core, tmp_path):
 
 @pytest.mark.parametrize("core", ["linear", "delta"])
 def test_retrieval_memory_model(core, tmp_path):
-    cfg = Config(task="retrieval2", core=core, run_dir=str(tmp_path),
-                 core_options={"feature_map": "dpfp", "normalisation": "sum"},
-                 model=ModelConfig(kind="auto", embedding_size=8, key_size=8),
-                 train=TrainConfig(max_steps=2, eval_every=2, checkpoint_every=0))
+    cfg = make_config("retrieval2", core, tmp_path, {"feature_map": "dpfp", "normalisation": "sum"},
+                      ModelConfig(kind="auto", embedding_size=8, key_size=8), max_steps=2, eval_every=2,
+                      checkpoint_every=0)
     result = train(cfg, task=make_task("retrieval2", num_keys=4), quiet=True)
     assert result["model"] == "retrieval_memory" and result["steps"] == 2
 
 
 def test_softmax_attention_reference(tmp_path):
-    cfg = Config(task="retrieval1", core="linear", run_dir=str(tmp_path),
-                 model=ModelConfig(kind="retrieval_memory", memory="softmax", embedding_size=8, key_size=8),
-                 train=TrainConfig(max_steps=2, eval_every=2, checkpoint_every=0))
+    cfg = make_config("retrieval1", "linear", tmp_path,
+                      model=ModelConfig(kind="retrieval_memory", memory="softmax", embedding_size=8, key_size=8),
+                      max_steps=2, eval_every=2, checkpoint_every=0)
     assert train(cfg, task=make_task("retrieval1", num_keys=4), quiet=True)["steps"] == 2
 
 
 def test_delta_rule_learns_tiny_setting_2(tmp_path):
     """S=4, L=8: the delta rule's evaluation loss falls well below its initial value (CPU, < 1 min)."""
     task = make_task("retrieval2", seed=0, num_keys=4)
-    cfg = Config(task="retrieval2", core="delta", seed=0, run_dir=str(tmp_path),
-                 core_options={"feature_map": "dpfp", "dpfp_nu": 1, "normalisation": "sum"},
-                 model=ModelConfig(kind="auto", embedding_size=64, key_size=64),
-                 optim=OptimConfig(lr=1e-3, batch_size=32),
-                 train=TrainConfig(max_steps=400, eval_every=50, eval_batch_size=1024, checkpoint_every=0,
-                                   target_loss=0.001, max_time_s=50))
+    cfg = make_config("retrieval2", "delta", tmp_path, {"feature_map": "dpfp", "dpfp_nu": 1, "normalisation": "sum"},
+                      ModelConfig(kind="auto", embedding_size=64, key_size=64), batch_size=32, max_steps=400,
+                      eval_every=50, eval_batch_size=1024, checkpoint_every=0, target_loss=0.001, max_time_s=50)
     result = train(cfg, task=task, quiet=True)
     initial = result["history"][0]["loss"]
     from agents.supervised import build_model
@@ -128,14 +134,15 @@ def test_early_stopping_and_resume(tmp_path):
     assert second["steps"] == 6
     with open(tmp_path / "results.json") as f:
         assert json.load(f)["steps"] == 6
-    stopped = train(dataclasses.replace(cfg, run_dir=str(tmp_path / "p"),
+    stopped = train(dataclasses.replace(cfg, run=RunConfig(run_dir=str(tmp_path / "p")),
                                         train=dataclasses.replace(cfg.train, max_steps=100, patience=1,
                                                                   target_loss=1e9)),
                     task=task, quiet=True)
     assert stopped["stop_reason"] == "target_loss" and stopped["steps"] == 2
-    frozen = dataclasses.replace(cfg, run_dir=str(tmp_path / "q"), optim=dataclasses.replace(cfg.optim, lr=0.0),
+    frozen = dataclasses.replace(cfg, run=RunConfig(run_dir=str(tmp_path / "q")),
+                                 optim=dataclasses.replace(cfg.optim, lr=1e-30),
                                  train=dataclasses.replace(cfg.train, max_steps=100, patience=2))
-    stopped = train(frozen, task=task, quiet=True)  # no progress at lr 0: stops after `patience` steps
+    stopped = train(frozen, task=task, quiet=True)  # no progress at lr ~0: stops after `patience` steps
     assert stopped["stop_reason"] == "patience" and stopped["steps"] == 4
 
 
@@ -148,18 +155,15 @@ def test_select_metric_accuracy(tmp_path):
 
 
 def test_launcher_defaults_and_overrides(tmp_path):
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "launch"))
-    import supervised as launcher
-    cfg = launcher.load_config(["--task", "retrieval2", "--core", "delta"])
-    assert cfg.core_options["feature_map"] == "dpfp" and cfg.optim.batch_size == 32
+    cfg = launcher.load(["--task", "retrieval2", "--core", "delta"])
+    assert cfg.core.feature_map == "dpfp" and cfg.train.batch_size == 32
     assert cfg.train.target_loss == 0.001 and cfg.train.patience == 1000
-    cfg = launcher.load_config(["--task", "code3", "--core", "lstm"])
-    assert cfg.optim.lr == 3e-3 and cfg.optim.clip_norm == 0.1
-    cfg = launcher.load_config(["--task", "code3", "--core", "lstm", "--lr", "1e-2",
-                                "--set", "core_options.hidden_size=32"])
-    assert cfg.optim.lr == 1e-2 and cfg.core_options["hidden_size"] == 32
-    result = launcher.main(["--task", "retrieval2", "--core", "delta", "--set", "task_options.num_keys=4",
-                            "--set", "train.max_steps=2", "--set", "train.eval_every=2",
+    cfg = launcher.load(["--task", "code3", "--core", "lstm"])
+    assert cfg.optim.lr == 3e-3 and cfg.optim.grad_clip == 0.1
+    cfg = launcher.load(["--task", "code3", "--core", "lstm", "--optim.lr", "1e-2", "--core.hidden_size", "32"])
+    assert cfg.optim.lr == 1e-2 and cfg.core.hidden_size == 32
+    result = launcher.main(["--task", "retrieval2", "--core", "delta", "--task.num_keys", "4",
+                            "--train.max_steps", "2", "--train.eval_every", "2", "--log.tensorboard", "false",
                             "--run_dir", str(tmp_path / "launch")])
     assert result["steps"] == 2 and os.path.exists(tmp_path / "launch" / "config.yaml")
 
@@ -199,11 +203,11 @@ def test_time_budget_scores_the_last_model(tmp_path):
     assert result["best_step"] == result["steps"]
 
 
-@pytest.mark.parametrize("clip_norm", [0.0, 1e-6])
-def test_gradient_norm_is_logged_with_and_without_clipping(clip_norm, tmp_path):
+@pytest.mark.parametrize("grad_clip", [0.0, 1e-6])
+def test_gradient_norm_is_logged_with_and_without_clipping(grad_clip, tmp_path):
     """grad_norm is the norm before clipping, so it is logged even when clipping is off."""
     cfg = tiny_config("retrieval2", "delta", tmp_path)
-    cfg = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, clip_norm=clip_norm))
+    cfg = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, grad_clip=grad_clip))
     train(cfg, task=make_task("retrieval2", num_keys=4), quiet=True)
     with open(tmp_path / "logs.csv") as f:
         rows = list(csv.DictReader(f))
@@ -218,10 +222,10 @@ def test_resume_refuses_a_checkpoint_of_other_settings_and_keeps_the_run(tmp_pat
     cfg = tiny_config("retrieval2", "delta", tmp_path, max_steps=2, eval_every=2, checkpoint_every=2)
     train(cfg, task=task, quiet=True)
     files = {name: (tmp_path / name).read_bytes() for name in ("config.yaml", "checkpoint.pt", "logs.csv")}
-    other_core = dataclasses.replace(cfg, core="linear", core_options=dict(TINY_CORES["linear"]))
+    other_core = dataclasses.replace(cfg, core=core_section("linear")(**TINY_CORES["linear"]))
     other_lr = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, lr=0.5))
-    for changed, key in ((other_core, "core: 'delta' in the checkpoint, 'linear' now"), (other_lr, "optim.lr: ")):
-        with pytest.raises(ValueError, match=key):
+    for changed, key in ((other_core, "core.name 'delta' -> 'linear'"), (other_lr, "optim.lr 0.001 -> 0.5")):
+        with pytest.raises(ConfigError, match=key):
             train(changed, task=task, quiet=True)
         assert {name: (tmp_path / name).read_bytes() for name in files} == files
     longer = train(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, max_steps=4)), task=task, quiet=True)
@@ -244,4 +248,5 @@ def test_resume_scores_the_checkpoints_best_model_not_a_later_one(tmp_path):
 
 
 def test_default_run_dir_names_the_task_and_core():
-    assert Config(task="code3", core="rec_delta").resolved_run_dir() == "runs/supervised/code3-rec_delta"
+    cfg = Config(task=task_section("code3")(), core=core_section("rec_delta")())
+    assert cfg.resolved_run_dir() == "runs/supervised/code3-rec_delta"
