@@ -5,6 +5,8 @@ Every layer maps x [T,B,D] -> [T,B,D] with a state tuple (batch on dim 0), see
 """
 from __future__ import annotations
 
+import typing
+
 import math
 
 import torch
@@ -12,7 +14,7 @@ from torch import Tensor, nn
 
 from fastnet.feature_maps import FeatureMap
 from fastnet.recurrent import delta_lstm_step, delta_rnn_sequence, rec_delta_sequence
-from fastnet.rules import fast_weight_sequence
+from fastnet.rules import RuleName, fast_weight_sequence
 from fastnet.state import State, reset_state, reset_steps
 
 
@@ -31,6 +33,8 @@ class FastWeightLayer(nn.Module):
     def __init__(self, hidden_size: int, num_heads: int, head_dim: int, update_rule: str,
                  feature_map: str, normalisation: str, dpfp_nu: int, favor_features: int):
         super().__init__()
+        if update_rule not in typing.get_args(RuleName):
+            raise ValueError(f"unknown update rule {update_rule!r}; choose one of {list(typing.get_args(RuleName))}")
         self.H, self.d, self.rule, self.normalisation = num_heads, head_dim, update_rule, normalisation
         self.phi = FeatureMap(feature_map, head_dim, dpfp_nu, favor_features, normalisation)
         self.has_beta = update_rule != "sum"

@@ -2,7 +2,6 @@
 launcher and an end-to-end run (train, resume, evaluate)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,16 +13,14 @@ import torch
 
 import envs
 from agents.network import AgentNet, make_stem
+from launch import atari
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def load_config(argv):
     """launch/atari.py's resolved TrainConfig for ``argv``."""
-    spec = importlib.util.spec_from_file_location("launch_atari", os.path.join(ROOT, "launch", "atari.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.load(argv)
+    return atari.load(argv)
 
 
 # ---------------------------------------------------------------- the env
@@ -180,17 +177,17 @@ def test_reward_clipping_happens_only_in_the_learner():
 
 
 def test_launcher_config_is_the_papers():
-    cfg = load_config(["--game", "space_invaders", "--core", "lstm"])
-    assert cfg.env.name == "atari" and cfg.env.options["game"] == "SpaceInvaders"
-    assert cfg.env.options["sticky_action_prob"] == 0.25 and cfg.env.options["noop_max"] == 30
+    cfg = load_config(["--game", "SpaceInvaders", "--core", "lstm"])
+    assert cfg.env.name == "atari" and cfg.env.game == "SpaceInvaders"
+    assert cfg.env.sticky_action_prob == 0.25 and cfg.env.noop_max == 30
     assert (cfg.actor.num_actors, cfg.actor.envs_per_actor, cfg.actor.unroll_length) == (48, 1, 50)
-    assert cfg.learner.batch_size == 32 and cfg.learner.discount == 0.99
-    assert (cfg.learner.entropy_cost, cfg.learner.baseline_cost) == (0.01, 0.5)
+    assert cfg.learner.batch_size == 32 and cfg.loss.discount == 0.99
+    assert (cfg.loss.entropy_cost, cfg.loss.baseline_cost) == (0.01, 0.5)
     o = cfg.optim
     assert (o.name, o.lr, o.eps, o.alpha, o.momentum, o.grad_clip, o.lr_decay) == ("rmsprop", 6e-4, 0.01, 0.99, 0, 40, True)
-    assert cfg.checkpoint.milestones == [50_000_000, 200_000_000] and cfg.total_steps == 200_000_000
-    assert cfg.device == ("cuda" if torch.cuda.is_available() else "cpu")
-    assert cfg.run_dir == "runs/atari-SpaceInvaders-{core}" and cfg.resolved_run_dir() == "runs/atari-SpaceInvaders-lstm"
+    assert cfg.checkpoint.milestones == [50_000_000, 200_000_000] and cfg.run.total_steps == 200_000_000
+    assert cfg.run.device == "auto" and cfg.core.hidden_size == 256
+    assert cfg.run.run_dir == "runs/atari-{game}-{core}" and cfg.resolved_run_dir() == "runs/atari-SpaceInvaders-lstm"
     assert (cfg.network.stem, cfg.network.reward_clip, cfg.network.prev_action) == ("resnet", 1.0, False)
 
 
@@ -213,9 +210,9 @@ def test_end_to_end_train_resume_evaluate(core, tmp_path):
     """2 actors, batches of 2 unrolls of 10 on Pong (games cut at 160 frames): a milestone and a
     latest checkpoint are written, the same command resumes, and evaluate.py scores the milestone."""
     run_dir = str(tmp_path / "run")
-    common = ["launch/atari.py", "--game", "Pong", "--core", core, "--num_actors", "2", "--batch_size", "2",
-              "--unroll_length", "10", "--run_dir", run_dir, "--device", "cpu", "--tensorboard", "false",
-              "--set", "env.options.max_episode_frames=160", "--set", "checkpoint.milestones=[60]"]
+    common = ["launch/atari.py", "--game", "Pong", "--core", core, "--num_actors", "2", "--learner.batch_size", "2",
+              "--actor.unroll_length", "10", "--run_dir", run_dir, "--device", "cpu", "--log.tensorboard", "false",
+              "--env.max_episode_frames", "160", "--checkpoint.milestones", "[60]"]
     _run(common + ["--total_steps", "100"])
     assert sorted(f for f in os.listdir(run_dir) if f.endswith(".pt")) == ["checkpoint-60.pt", "checkpoint.pt"]
     assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=False)["counters"]["step"] == 100

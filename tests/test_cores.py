@@ -114,10 +114,9 @@ def test_unknown_core_lists_choices():
 
 @pytest.mark.parametrize("options,match", [
     (dict(feature_map="relu"), "choose one of"),
-    (dict(num_heads="4"), "must be int"),
     (dict(heads=4), "valid options"),
     (dict(update_rule="hebb"), "'sum', 'delta', 'gated'"),
-    (dict(normalisation=True), "choose one of"),
+    (dict(normalisation=True), "choose sum, attention or none"),
     (dict(hidden_size=0), "positive"),
 ])
 def test_bad_options_raise_value_error(options, match):

@@ -1,5 +1,5 @@
 """The plotting scripts draw the logged numbers (checked on the figure before it is saved)."""
-import importlib.util
+import importlib
 import json
 import os
 
@@ -9,14 +9,10 @@ import yaml
 
 from agents.logger import Logger, read_csv
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "launch", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"launch.{name}")
 
 
 @pytest.fixture
@@ -74,7 +70,7 @@ def test_capacity_plots_final_valid_loss_against_num_keys(tmp_path, saved_figure
         run = tmp_path / f"elu_S{S}"
         run.mkdir()
         (run / "results.json").write_text(json.dumps({"valid": {"loss": loss}, "steps": 5, "stop_reason": "x"}))
-        (run / "config.yaml").write_text(yaml.safe_dump({"task_options": {"num_keys": S}}))
+        (run / "config.yaml").write_text(yaml.safe_dump({"task": {"name": "retrieval1", "num_keys": S}}))
     load_script("plot_supervised").main(["capacity", f"elu={tmp_path}/elu_S*", "--out", str(tmp_path / "c.png")])
     (label, xs, ys), = saved_figures[0]["lines"][0][:1]
     assert label == "elu" and xs == [20, 40, 80] and ys == [1e-5, 1e-4, 0.1]
