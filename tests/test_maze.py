@@ -386,10 +386,10 @@ def test_registration() -> None:
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(name="atari2600"), "valid envs: maze"),
-    (dict(sizee=9), "valid options: size: int, episode_length: int"),
-    (dict(size=9.0), "size=9.0 .* must be int"),
-    (dict(size="9"), "must be int"),
-    (dict(size=True), "must be int"),
+    (dict(sizee=9), "valid options: size, episode_length"),
+    (dict(size=9.0), "size must be an odd int >= 5, got 9.0"),
+    (dict(size="9"), "size must be an odd int >= 5, got '9'"),
+    (dict(size=True), "size must be an odd int >= 5, got True"),
     (dict(size=8), "odd int >= 5"),
     (dict(size=3), "odd int >= 5"),
     (dict(episode_length=0), "episode_length must be an int >= 1"),
