@@ -270,7 +270,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                     break
                 waited += time.time() - t0
                 batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-                metrics = trainer.update(lambda: compute_loss(model, batch, cfg))
+                metrics = trainer.update(functools.partial(compute_loss, model, batch, cfg))
                 actor_model.load_state_dict(model.state_dict())
 
                 done = batch["done"][1:]

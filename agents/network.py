@@ -14,9 +14,8 @@ from typing import Any, ClassVar, Optional
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
-
 from jsonargparse.typing import PositiveFloat
+from torch import Tensor, nn
 
 from agents.resnet import ResNetStem
 from fastnet import make_core

@@ -359,9 +359,17 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
     def checkpoint() -> None:
         trainer.save({"step": step, "best_step": best_step}, best_score=best_score, best_model=best_model)
 
+    state, weights = None, cfg.loss.aux_loss_weights
+
+    def loss_fn(batch: Batch, done: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        nonlocal state
+        out, state, aux = model(batch.x, state, done)
+        loss = batch_loss(task.spec.loss, out, batch)
+        total = loss + sum(weights.get(k, 1.0) * v for k, v in aux.items())
+        return total, {"task_loss": loss.detach(), **{f"aux_{k}": v.detach() for k, v in aux.items()}}
+
     batches = task.train_batches(t.batch_size, seed=cfg.run.seed + step)
-    state, start, train_loss_acc, n_acc, stop_reason = None, time.time(), 0.0, 0, "max_steps"
-    weights = cfg.loss.aux_loss_weights
+    start, train_loss_acc, n_acc, stop_reason = time.time(), 0.0, 0, "max_steps"
     while True:
         if max_steps and step >= max_steps:
             break
@@ -371,15 +379,7 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
         else:
             state = tuple(s.detach() for s in state)
         done = torch.zeros(batch.x.shape[:2], dtype=torch.bool, device=device)
-
-        def loss_fn() -> tuple[Tensor, dict[str, Tensor]]:
-            nonlocal state
-            out, state, aux = model(batch.x, state, done)
-            loss = batch_loss(task.spec.loss, out, batch)
-            total = loss + sum(weights.get(k, 1.0) * v for k, v in aux.items())
-            return total, {"task_loss": loss.detach(), **{f"aux_{k}": v.detach() for k, v in aux.items()}}
-
-        metrics = trainer.update(loss_fn)
+        metrics = trainer.update(functools.partial(loss_fn, batch, done))
         step += 1
         train_loss_acc += metrics["task_loss"]
         n_acc += 1

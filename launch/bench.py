@@ -11,10 +11,8 @@ import ctypes
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
-
 
 import torch
 

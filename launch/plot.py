@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
 
 import matplotlib
 

@@ -16,7 +16,6 @@ from agents.training import RESUMABLE
 from launch.maze import load
 
 
-
 def _save(directory, step, milestone=False):
     torch.manual_seed(step)
     model = torch.nn.Linear(3, 2)

@@ -43,18 +43,8 @@ def config(core: str, run_dir: str, *extra: str) -> TrainConfig:
     return maze.load(["--core", core, "--run_dir", run_dir, *tiny_flags(core), *SMALL, *extra])
 
 
-def core_available(core: str) -> bool:
-    try:
-        core_class(core)
-    except ImportError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize("core", list(fastnet.CORES))
 def test_every_core_trains_logs_checkpoints_and_resumes(core, tmp_path):
-    if not core_available(core):
-        pytest.skip(f"core {core} is not importable yet")
     run_dir = str(tmp_path / core)
     first = train(config(core, run_dir, "--total_steps", "960"))
     assert first["step"] == 960 and first["episodes"] > 0

@@ -441,9 +441,6 @@ def test_defaults_follow_paper_maze_row():
     "bad",
     [
         {"memory_sise": 10},
-        {"controller_size": 2.5},
-        {"num_heads": "3"},
-        {"memory_seed": True},
         {"memory_size": 0},
         {"num_heads": -1},
         {"memory_init_gain": 0.0},

@@ -1,14 +1,12 @@
 """The plotting scripts draw the logged numbers (checked on the figure before it is saved)."""
 import importlib
 import json
-import os
 
 import matplotlib.figure
 import pytest
 import yaml
 
 from agents.logger import Logger, read_csv
-
 
 
 def load_script(name):

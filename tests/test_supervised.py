@@ -2,7 +2,6 @@
 learns a tiny setting-2 retrieval instance (issue 8)."""
 import csv
 import dataclasses
-import importlib.util
 import json
 import os
 
@@ -19,7 +18,6 @@ from launch import supervised as launcher
 
 torch.set_num_threads(1)
 
-MNM_AVAILABLE = importlib.util.find_spec("fastnet.mnm") is not None
 BLOCK = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "head_dim": 8, "ff_size": 16}
 TINY_CORES = {
     "ff": {}, "lstm": {"hidden_size": 16}, "linear": BLOCK, "delta": BLOCK, "rec_delta": BLOCK,
@@ -40,13 +38,6 @@ TINY_TASKS = {
     "priority_sort": {"num_inputs": 5, "num_outputs": 3, "sizes": {"valid": 4, "test": 4}},
     "lm": {"segment_length": 8},
 }
-
-
-def core_params():
-    for core in CORES:
-        marks = [pytest.mark.skipif(not MNM_AVAILABLE, reason="fastnet.mnm not on this branch yet")] \
-            if core.startswith("mnm") else []
-        yield pytest.param(core, marks=marks, id=core)
 
 
 def make_config(task, core, run_dir, core_options=None, model=None, optim=None, seed=0, **train_kw):
@@ -72,7 +63,7 @@ def tiny_task(name, tmp_path):
     return make_task(name, seed=0, **options)
 
 
-@pytest.mark.parametrize("core", core_params())
+@pytest.mark.parametrize("core", list(CORES))
 @pytest.mark.parametrize("task_name", list(TINY_TASKS))
 def test_every_task_trains_with_every_core(task_name, core, tmp_path):
     task = tiny_task(task_name, tmp_path)

@@ -4,8 +4,17 @@ import numpy as np
 import pytest
 import torch
 
-from envs.tasks import (AssociativeRetrieval, CodeExecution, DictionaryInference, DoubleCopy, LanguageModel,
-                        ListOps, PrioritySort, collate, make_task)
+from envs.tasks import (
+    AssociativeRetrieval,
+    CodeExecution,
+    DictionaryInference,
+    DoubleCopy,
+    LanguageModel,
+    ListOps,
+    PrioritySort,
+    collate,
+    make_task,
+)
 from envs.tasks.code_execution import HIGH, LOW, value_class
 from envs.tasks.listops import VOCAB, depth_of, evaluate
 
