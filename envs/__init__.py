@@ -44,17 +44,25 @@ def make(name: str, num_envs: int, seed: int = 0, **cfg: Any) -> Any:
     cls = getattr(importlib.import_module(module), cls_name)
     hints = typing.get_type_hints(cls.__init__)
     options = [p for p in inspect.signature(cls).parameters if p not in ("num_envs", "seed")]
-    valid = ", ".join(f"{p}: {hints[p].__name__}" for p in options)
+    valid = ", ".join(f"{p}: {_type_name(hints[p])}" for p in options)
     for key, value in cfg.items():
         if key not in options:
             raise ValueError(f"unknown option {key!r} for env {name!r}; valid options: {valid}")
         if not _has_type(value, hints[key]):
-            raise ValueError(f"option {key}={value!r} for env {name!r} must be {hints[key].__name__}; "
+            raise ValueError(f"option {key}={value!r} for env {name!r} must be {_type_name(hints[key])}; "
                              f"valid options: {valid}")
     return cls(num_envs, seed, **cfg)
 
 
-def _has_type(value: Any, tp: type) -> bool:
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) is typing.Literal:
+        return " | ".join(repr(v) for v in typing.get_args(tp))
+    return tp.__name__
+
+
+def _has_type(value: Any, tp: Any) -> bool:
+    if typing.get_origin(tp) is typing.Literal:
+        return any(type(value) is type(v) and value == v for v in typing.get_args(tp))
     if isinstance(value, bool):
         return tp is bool
     if tp is int:
