@@ -38,6 +38,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
+from envs.batch import EpisodeTotals, check_actions
+
 BSUITE_PREFIX = "bsuite/"
 
 
@@ -211,34 +213,22 @@ class GymEnv:
         fns = [functools.partial(make_single, id, observation, max_episode_steps)] * self.num_envs
         vector = SyncVectorEnv if vectorization == "sync" else AsyncVectorEnv
         self._env = vector(fns, autoreset_mode=AutoresetMode.SAME_STEP)
-        self._return = np.zeros(self.num_envs, np.float64)
-        self._length = np.zeros(self.num_envs, np.int64)
+        self._totals = EpisodeTotals(self.num_envs)
 
     def reset(self) -> np.ndarray:
         """Start a new episode in every env; returns obs [N, *observation_shape]."""
         seeds = [int((self.seed_value + i) % 2**31) for i in range(self.num_envs)]
         obs, _ = self._env.reset(seed=seeds)
-        self._return[:] = 0.0
-        self._length[:] = 0
+        self._totals.reset()
         return np.array(obs, self.observation_dtype)
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """Step every env with ``actions`` (int [N], values in 0..num_actions-1); see the class docstring."""
-        actions = np.asarray(actions)
-        if actions.shape != (self.num_envs,) or actions.dtype.kind not in "iu":
-            raise ValueError(f"actions must be an int array of shape ({self.num_envs},), "
-                             f"got {actions.dtype} {actions.shape}")
-        if actions.min() < 0 or actions.max() >= self.num_actions:
-            raise ValueError(f"actions must be in 0..{self.num_actions - 1}, got {actions}")
-        obs, reward, terminated, truncated, _ = self._env.step(actions.astype(np.int64) + self._action_start)
+        actions = check_actions(actions, self.num_envs, self.num_actions)
+        obs, reward, terminated, truncated, _ = self._env.step(actions + self._action_start)
         reward = np.asarray(reward, np.float32)
         done = np.logical_or(terminated, truncated)
-        self._return += reward
-        self._length += 1
-        info = {"episode_return": self._return.astype(np.float32), "episode_length": self._length.astype(np.int32)}
-        self._return[done] = 0.0
-        self._length[done] = 0
-        return np.array(obs, self.observation_dtype), reward, done, info
+        return np.array(obs, self.observation_dtype), reward, done, self._totals.step(reward, done)
 
     def close(self) -> None:
         self._env.close()
