@@ -226,7 +226,7 @@ def options_dataclass(cls: type, name: str, skip: tuple[str, ...] = (), doc: str
             continue
         default = (defaults or {}).get(p.name, p.default)
         tp = Literal[tuple(choices[p.name])] if p.name in choices else hints[p.name]
-        fields.append((p.name, tp, dataclasses.field(default=default)))
+        fields.append((p.name, tp, dataclasses.field() if default is p.empty else dataclasses.field(default=default)))
         lines.append(f"    {p.name}: {' '.join((descriptions.get(p.name) or '').split())}")
     section = dataclasses.make_dataclass(name, fields)
     section.__doc__ = f"{doc}\n\nAttributes:\n" + "\n".join(lines)

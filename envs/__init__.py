@@ -20,6 +20,7 @@ import gymnasium
 ENVS: dict[str, str] = {
     "maze": "envs.maze:Maze",
     "atari": "envs.atari:Atari",
+    "gym": "envs.gym_adapter:GymEnv",
 }
 
 if "DeltaBeast/Maze-v0" not in gymnasium.registry:

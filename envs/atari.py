@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from envs.batch import EpisodeTotals, check_actions
+
 # The 20 games of Tables 9 and 10 (ENVS.md), in the tables' order, with their ROM ids.
 PAPER_GAMES: dict[str, str] = {
     "Alien": "alien", "Amidar": "amidar", "Assault": "assault", "BattleZone": "battle_zone",
@@ -132,38 +134,25 @@ class Atari:
         self.observation_shape = (int(frame_stack), 84, 84)
         self.num_actions = int(self._env.single_action_space.n)
         self._ids = np.arange(self.num_envs)
-        self._return = np.zeros(self.num_envs, np.float64)
-        self._length = np.zeros(self.num_envs, np.int64)
+        self._totals = EpisodeTotals(self.num_envs)
 
     def reset(self) -> np.ndarray:
         """Start a new game in every env (env i seeded with ``(seed + i) mod 2**31``); returns obs uint8 [N,4,84,84]."""
         seeds = (self.seed_value + np.arange(self.num_envs, dtype=np.int64)) % (2**31)
         obs, info = self._env.reset(seed=seeds)
-        self._return[:] = 0.0
-        self._length[:] = 0
+        self._totals.reset()
         self._check_order(info)
         return obs
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """Step every env with ``actions`` (int [N], values in 0..num_actions-1); see the class docstring."""
-        actions = np.asarray(actions)
-        if actions.shape != (self.num_envs,) or actions.dtype.kind not in "iu":
-            raise ValueError(f"actions must be an int array of shape ({self.num_envs},), "
-                             f"got {actions.dtype} {actions.shape}")
-        if actions.size and (actions.min() < 0 or actions.max() >= self.num_actions):
-            raise ValueError(f"actions must be in 0..{self.num_actions - 1}, got {actions}")
-        obs, reward, terminated, truncated, info = self._env.step(actions.astype(np.int64, copy=False))
+        actions = check_actions(actions, self.num_envs, self.num_actions)
+        obs, reward, terminated, truncated, info = self._env.step(actions)
         self._check_order(info)
         reward = np.asarray(reward, np.float32)
         done = np.logical_or(terminated, truncated)
-        self._return += reward
-        self._length += 1
-        episode_return = self._return.astype(np.float32)
-        episode_length = self._length.astype(np.int32)
-        self._return[done] = 0.0
-        self._length[done] = 0
-        return obs, reward, done, {"episode_return": episode_return, "episode_length": episode_length,
-                                   "lives": np.asarray(info["lives"], np.int32)}
+        totals = self._totals.step(reward, done)
+        return obs, reward, done, {**totals, "lives": np.asarray(info["lives"], np.int32)}
 
     def _check_order(self, info: dict[str, np.ndarray]) -> None:
         """ale-py applies the i-th action to the i-th env of its last result, so results must come

@@ -1,32 +1,47 @@
-"""The gridworld maze of Miconi et al. 2018 ("Differentiable plasticity"), as specified
-in ENVS.md ("The gridworld maze"), batched in Numba.
+"""The gridworld maze of "Differentiable plasticity" (Miconi et al., ICML 2018, §4.5; code:
+uber-research/differentiable-plasticity, ``maze/maze.py`` at commit 66cdef7), batched in Numba.
 
-Layout (``size`` odd, >= 5): the border is wall, interior cells with both row and
-column even are pillars, the centre is free; 41 free cells at size 9.
+Layout (``size`` odd, >= 5): the border is wall, interior cells with both row and column
+even are pillars, the centre is free; 41 free cells at size 9 (``maze.py`` lines 264-269).
 
-Episode: ``episode_length`` steps; the agent starts on the centre cell and the goal is
-a uniformly random free cell other than the centre; the goal stays put all episode.
+Actions: 0 up, 1 down, 2 left, 3 right. An episode lasts ``episode_length`` steps and
+starts with the agent on the centre cell; the goal stays put all episode and is never
+shown. Two rule sets (option ``rules``):
 
-Actions: 0 up, 1 down, 2 left, 3 right. A move into a wall leaves the agent in place
-and gives -0.1; a move onto the goal gives +10 and teleports the agent to a uniformly
-random free cell other than the goal; any other move gives 0.
+``default`` -- a tidier variant, not Miconi's code:
+  the goal is a uniformly random free cell other than the centre; a move into a wall
+  leaves the agent in place and gives -0.1; a move onto the goal gives +10 and teleports
+  the agent to a uniformly random free cell other than the goal; any other move gives 0.
+  The agent never stands on the goal, so the rewards are exactly 0, -0.1 and +10.
+  Observation (float32 [10]): the 3x3 neighbourhood of the agent, row-major, 1 wall and
+  0 free, then t / episode_length, where t is the number of steps taken in the episode
+  (0 on the first observation).
 
-Observation (float32 [10]): the 3x3 neighbourhood of the agent, row-major, 1 wall and
-0 free, then t / episode_length where t is the number of steps taken in the episode
-(0 on the first observation).
+``miconi2018`` -- ``maze.py`` at 66cdef7 exactly (lines 296-381), but for the random
+  numbers themselves (the streams below, where ``maze.py`` uses numpy's global one):
+  the goal is drawn from all free cells, the centre included (lines 296-302); a move is
+  checked against the wall first (-0.1, stay; lines 361-367), then the goal test runs on
+  the resulting cell (line 371): +10 and a teleport to a uniformly random free cell, the
+  goal included (lines 372-378). An agent standing on the goal (at the start, or after
+  such a teleport) collects it by bumping a wall (reward 9.9) or by stepping off and back.
+  Observation (float32 [12]): the 3x3 neighbourhood, the previous reward (0 on the first
+  observation), the raw step number t and a bias 1 (lines 331-338). ``maze.py``'s input
+  vector also has five slots that stay 0 (the previous-action one-hot is commented out,
+  line 335); they are left out.
 
 Random streams: env ``i`` of a batch seeded with ``seed`` owns a splitmix64 stream with
 initial state ``mix(mix(seed) + GOLDEN * (i + 1))``; a draw advances the state by
 GOLDEN and returns ``mix(state)``; an integer below ``n`` is ``((z >> 32) * n) >> 32``.
-A draw of a free cell other than cell ``e`` takes ``k`` below ``F - 1`` (F free cells in
-row-major order) and skips ``e``'s slot. Draws happen in event order: a teleport on
-reaching the goal, then the goal of the next episode at a reset. ``MazeEnv(env_index=i)``
-seeded with ``seed`` replays env ``i`` of a batch seeded with ``seed`` exactly.
+A draw of a free cell takes ``k`` below ``F`` (F free cells in row-major order) and
+returns cell ``k``; a draw of a free cell other than cell ``e`` takes ``k`` below
+``F - 1`` and skips ``e``'s slot. Draws happen in event order: a teleport on reaching the
+goal, then the goal of the next episode at a reset. ``MazeEnv(env_index=i)`` seeded with
+``seed`` replays env ``i`` of a batch seeded with ``seed`` exactly.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium
 import numpy as np
@@ -36,7 +51,8 @@ from gymnasium.vector.utils import batch_space
 from numba import njit
 
 NUM_ACTIONS = 4
-OBS_SIZE = 10
+RULES = ("default", "miconi2018")
+OBS_SIZE = {"default": 10, "miconi2018": 12}
 WALL_REWARD = -0.1
 GOAL_REWARD = 10.0
 
@@ -48,14 +64,16 @@ _WINDOW_SLOT = (1, 7, 3, 5)
 
 
 def layout(size: int) -> np.ndarray:
-    """Wall map [size, size] bool of the ENVS.md maze: border and even-even pillars, centre free."""
+    """Wall map [size, size] bool: border and even-even pillars, centre free (``maze.py`` lines 264-269)."""
     r, c = np.indices((size, size))
     walls = (r == 0) | (c == 0) | (r == size - 1) | (c == size - 1) | ((r % 2 == 0) & (c % 2 == 0))
     walls[size // 2, size // 2] = False
     return walls
 
 
-def _check_options(size: int, episode_length: int) -> None:
+def _check_options(size: int, episode_length: int, rules: str) -> None:
+    if rules not in RULES:
+        raise ValueError(f"rules must be one of {RULES}, got {rules!r}")
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 5 or size % 2 == 0:
         raise ValueError(f"size must be an odd int >= 5, got {size!r}")
     if isinstance(episode_length, bool) or not isinstance(episode_length, (int, np.integer)) or episode_length < 1:
@@ -88,73 +106,88 @@ def _seed_streams(seeds: np.ndarray, indices: np.ndarray) -> np.ndarray:
 
 @njit(cache=True)
 def _free_cell_except(rng: np.ndarray, i: int, excluded: int, free_cells: np.ndarray, free_index: np.ndarray) -> int:
+    """A uniformly random free cell other than ``excluded``; any free cell if ``excluded`` < 0."""
     rng[i] += _GOLDEN
     z = _mix(rng[i])
-    k = np.int64(((z >> np.uint64(32)) * np.uint64(free_cells.shape[0] - 1)) >> np.uint64(32))
-    if k >= free_index[excluded]:
+    n = free_cells.shape[0] - (1 if excluded >= 0 else 0)
+    k = np.int64(((z >> np.uint64(32)) * np.uint64(n)) >> np.uint64(32))
+    if excluded >= 0 and k >= free_index[excluded]:
         k += 1
     return free_cells[k]
 
 
 @njit(cache=True)
-def _write_obs(obs: np.ndarray, i: int, window: np.ndarray, cell: int, t: int, episode_length: int) -> None:
+def _write_obs(obs: np.ndarray, i: int, window: np.ndarray, cell: int, t: int, episode_length: int,
+               miconi: bool, last_reward: float) -> None:
     for k in range(9):
         obs[i, k] = window[cell, k]
-    obs[i, 9] = np.float32(t / episode_length)
+    if miconi:
+        obs[i, 9] = last_reward
+        obs[i, 10] = t
+        obs[i, 11] = 1.0
+    else:
+        obs[i, 9] = np.float32(t / episode_length)
 
 
 @njit(cache=True)
-def _reset_kernel(agent, goal, t, ret, rng, window, free_cells, free_index, centre, episode_length):
+def _reset_kernel(agent, goal, t, ret, rng, window, free_cells, free_index, centre, episode_length, miconi, obs_size):
     n = agent.shape[0]
-    obs = np.empty((n, OBS_SIZE), np.float32)
+    obs = np.empty((n, obs_size), np.float32)
+    goal_excluded = -1 if miconi else centre
     for i in range(n):
         agent[i] = centre
-        goal[i] = _free_cell_except(rng, i, centre, free_cells, free_index)
+        goal[i] = _free_cell_except(rng, i, goal_excluded, free_cells, free_index)
         t[i] = 0
         ret[i] = 0.0
-        _write_obs(obs, i, window, centre, 0, episode_length)
+        _write_obs(obs, i, window, centre, 0, episode_length, miconi, 0.0)
     return obs
 
 
 @njit(cache=True)
 def _step_kernel(actions, agent, goal, t, ret, rng, window, free_cells, free_index, moves,
-                 centre, episode_length, autoreset, final_obs):
+                 centre, episode_length, autoreset, final_obs, miconi, obs_size):
     n = actions.shape[0]
     for i in range(n):
         if actions[i] < 0 or actions[i] > 3:
             raise ValueError("actions must be in {0, 1, 2, 3}")
-    obs = np.empty((n, OBS_SIZE), np.float32)
+    obs = np.empty((n, obs_size), np.float32)
     reward = np.empty(n, np.float32)
     done = np.empty(n, np.bool_)
     ep_return = np.empty(n, np.float32)
     ep_length = np.empty(n, np.int32)
     slots = _WINDOW_SLOT
+    goal_excluded = -1 if miconi else centre
     for i in range(n):
         a = actions[i]
         p = agent[i]
+        # The wall check first, then the goal test on the resulting cell (maze.py lines 361-378).
+        # Under the default rules the agent never stands on the goal, so a bump never finds it.
         if window[p, slots[a]] != 0:
             r = WALL_REWARD
-        elif p + moves[a] == goal[i]:
-            r = GOAL_REWARD
-            agent[i] = _free_cell_except(rng, i, goal[i], free_cells, free_index)
         else:
             r = 0.0
-            agent[i] = p + moves[a]
+            p = p + moves[a]
+        if p == goal[i]:
+            r += GOAL_REWARD
+            p = _free_cell_except(rng, i, -1 if miconi else goal[i], free_cells, free_index)
+        agent[i] = p
         t[i] += 1
         ret[i] += r
         reward[i] = r
         ep_return[i] = ret[i]
         ep_length[i] = t[i]
         done[i] = t[i] >= episode_length
+        last = reward[i]
         if done[i]:
             if final_obs.shape[0] > 0:
-                _write_obs(final_obs, i, window, agent[i], t[i], episode_length)
+                _write_obs(final_obs, i, window, agent[i], t[i], episode_length, miconi, last)
             if autoreset:
                 agent[i] = centre
-                goal[i] = _free_cell_except(rng, i, centre, free_cells, free_index)
+                goal[i] = _free_cell_except(rng, i, goal_excluded, free_cells, free_index)
                 t[i] = 0
                 ret[i] = 0.0
-        _write_obs(obs, i, window, agent[i], t[i], episode_length)
+                last = 0.0
+        _write_obs(obs, i, window, agent[i], t[i], episode_length, miconi, last)
     return obs, reward, done, ep_return, ep_length
 
 
@@ -165,29 +198,39 @@ class Maze:
     """N mazes stepped by one Numba call, with torchbeast-style automatic reset.
 
     This is what ``envs.make("maze", num_envs=N, seed=s, size=9, episode_length=250)``
-    returns (ENVS.md, "The gridworld maze"; Miconi et al. 2018). ``step`` returns
-    ``(obs [N,10] float32, reward [N] float32, done [N] bool, info)`` with
+    returns (Miconi et al. 2018; the rules are in the module docstring). ``step`` returns
+    ``(obs [N,D] float32, reward [N] float32, done [N] bool, info)`` with
     ``info = {"episode_return": float32 [N], "episode_length": int32 [N]}``. Where
     ``done[i]``, the episode of env i ended at this step and env i was reset: ``obs[i]``
     is the first observation of the new episode, ``reward[i]`` the last reward of the
     finished one and the info entries its totals; elsewhere they are running totals.
     Every call returns freshly allocated arrays that the caller may keep.
+
+    Options:
+        size: side of the square maze, odd and >= 5 (9 in the papers; 11 and 13 later).
+        episode_length: steps per episode (250 in the ICML 2018 runs, 200 later).
+        rules: ``"default"`` (the tidier variant; D = 10) or ``"miconi2018"`` (Miconi's
+            ``maze.py`` exactly; D = 12); see the module docstring.
     """
 
     num_actions: int = NUM_ACTIONS
-    observation_shape: tuple[int, ...] = (OBS_SIZE,)
     observation_dtype: np.dtype = np.dtype(np.float32)
 
-    def __init__(self, num_envs: int, seed: int = 0, *, size: int = 9, episode_length: int = 250) -> None:
+    def __init__(self, num_envs: int, seed: int = 0, *, size: int = 9, episode_length: int = 250,
+                 rules: Literal["default", "miconi2018"] = "default") -> None:
         """
         Args:
             size: Side of the square maze, walls included (odd, >= 5).
             episode_length: Steps per episode.
+            rules: default, or miconi2018: the rules of Miconi et al.'s ICML 2018 maze, exactly.
         """
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-        _check_options(size, episode_length)
+        _check_options(size, episode_length, rules)
         self.num_envs, self.size, self.episode_length = int(num_envs), int(size), int(episode_length)
+        self.rules = rules
+        self._miconi = rules == "miconi2018"
+        self.observation_shape: tuple[int, ...] = (OBS_SIZE[rules],)
         self.walls = layout(self.size)
         padded = np.pad(self.walls, 1, constant_values=True)
         cells = self.size * self.size
@@ -204,7 +247,7 @@ class Maze:
         self._goal = np.zeros(self.num_envs, np.int64)
         self._t = np.zeros(self.num_envs, np.int64)
         self._ret = np.zeros(self.num_envs, np.float64)
-        self._no_final_obs = np.empty((0, OBS_SIZE), np.float32)
+        self._no_final_obs = np.empty((0, OBS_SIZE[rules]), np.float32)
         self._started = False  # no goal is placed before the first reset()
         self.seed(seed)
 
@@ -216,10 +259,11 @@ class Maze:
         self._rng = _seed_streams(np.array(seeds, np.uint64), np.arange(self.num_envs, dtype=np.uint64))
 
     def reset(self) -> np.ndarray:
-        """Start a new episode in every env; returns obs float32 [N, 10]."""
+        """Start a new episode in every env; returns obs float32 [N, D]."""
         self._started = True
         return _reset_kernel(self._agent, self._goal, self._t, self._ret, self._rng, self._window,
-                             self._free_cells, self._free_index, self._centre, self.episode_length)
+                             self._free_cells, self._free_index, self._centre, self.episode_length,
+                             self._miconi, self.observation_shape[0])
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """Step every env with ``actions`` (int [N], values in 0..3); see the class docstring."""
@@ -235,7 +279,8 @@ class Maze:
                              f"got {actions.dtype} {actions.shape}")
         return _step_kernel(actions.astype(np.int64, copy=False), self._agent, self._goal, self._t, self._ret,
                             self._rng, self._window, self._free_cells, self._free_index, self._moves,
-                            self._centre, self.episode_length, autoreset, final_obs)
+                            self._centre, self.episode_length, autoreset, final_obs,
+                            self._miconi, self.observation_shape[0])
 
     @property
     def agent(self) -> np.ndarray:
@@ -271,16 +316,22 @@ _PIXELS = 16  # rgb_array pixels per maze cell
 # ---------------------------------------------------------------- Gymnasium wrappers
 
 
-def _observation_space() -> spaces.Box:
-    return spaces.Box(0.0, 1.0, (OBS_SIZE,), np.float32)
+def _observation_space(maze: Maze) -> spaces.Box:
+    if not maze._miconi:
+        return spaces.Box(0.0, 1.0, (OBS_SIZE["default"],), np.float32)
+    # window, previous reward (-0.1 .. 10), raw step number (0 .. episode_length), bias 1
+    low = np.array([0.0] * 9 + [WALL_REWARD, 0.0, 1.0], np.float32)
+    high = np.array([1.0] * 9 + [GOAL_REWARD, maze.episode_length, 1.0], np.float32)
+    return spaces.Box(low, high, dtype=np.float32)
 
 
 class MazeEnv(gymnasium.Env):
-    """One maze as a ``gymnasium.Env`` (id ``DeltaBeast/Maze-v0``; ENVS.md, Miconi et al. 2018).
+    """One maze as a ``gymnasium.Env`` (id ``DeltaBeast/Maze-v0``; Miconi et al. 2018).
 
-    The episode ends with ``terminated=True`` after ``episode_length`` steps (the time is
-    part of the observation, so it is a terminal state, not a truncation); the last
-    observation has time feature 1. ``info`` holds the running ``episode_return`` and
+    Options as for :class:`Maze`. The episode ends with ``terminated=True`` after
+    ``episode_length`` steps (the time is part of the observation, so it is a terminal
+    state, not a truncation); the last observation has time feature 1 (``default``) or
+    step number ``episode_length`` (``miconi2018``). ``info`` holds the running ``episode_return`` and
     ``episode_length``. ``env_index=i`` makes ``reset(seed=s)`` replay env i of a batch
     seeded with s.
     """
@@ -288,15 +339,15 @@ class MazeEnv(gymnasium.Env):
     metadata = {"render_modes": RENDER_MODES, "render_fps": 4}
 
     def __init__(self, size: int = 9, episode_length: int = 250, render_mode: str | None = None,
-                 env_index: int = 0) -> None:
+                 env_index: int = 0, rules: Literal["default", "miconi2018"] = "default") -> None:
         if render_mode is not None and render_mode not in RENDER_MODES:
             raise ValueError(f"render_mode must be None or one of {RENDER_MODES}, got {render_mode!r}")
         if isinstance(env_index, bool) or not isinstance(env_index, (int, np.integer)) or env_index < 0:
             raise ValueError(f"env_index must be an int >= 0, got {env_index!r}")
         self.render_mode, self.env_index = render_mode, int(env_index)
-        self._maze = Maze(1, 0, size=size, episode_length=episode_length)
+        self._maze = Maze(1, 0, size=size, episode_length=episode_length, rules=rules)
         self._seeded, self._terminated = False, False
-        self.observation_space = _observation_space()
+        self.observation_space = _observation_space(self._maze)
         self.action_space = spaces.Discrete(NUM_ACTIONS)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -340,13 +391,13 @@ class MazeVectorEnv(VectorEnv):
     metadata = {"render_modes": RENDER_MODES, "render_fps": 4, "autoreset_mode": AutoresetMode.SAME_STEP}
 
     def __init__(self, num_envs: int, size: int = 9, episode_length: int = 250,
-                 render_mode: str | None = None) -> None:
+                 render_mode: str | None = None, rules: Literal["default", "miconi2018"] = "default") -> None:
         if render_mode is not None and render_mode not in RENDER_MODES:
             raise ValueError(f"render_mode must be None or one of {RENDER_MODES}, got {render_mode!r}")
-        self._maze = Maze(num_envs, 0, size=size, episode_length=episode_length)
+        self._maze = Maze(num_envs, 0, size=size, episode_length=episode_length, rules=rules)
         self.num_envs, self.render_mode = self._maze.num_envs, render_mode
         self._seeded = False
-        self.single_observation_space = _observation_space()
+        self.single_observation_space = _observation_space(self._maze)
         self.single_action_space = spaces.Discrete(NUM_ACTIONS)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
@@ -363,7 +414,7 @@ class MazeVectorEnv(VectorEnv):
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         if not self._seeded:
             raise gymnasium.error.ResetNeeded("call reset() before step()")
-        final_obs = np.empty((self.num_envs, OBS_SIZE), np.float32)
+        final_obs = np.empty((self.num_envs, *self._maze.observation_shape), np.float32)
         obs, reward, done, ep_return, ep_length = self._maze._step(actions, True, final_obs)
         infos: dict[str, Any] = {"episode_return": ep_return, "episode_length": ep_length}
         if done.any():

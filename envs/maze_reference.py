@@ -12,7 +12,9 @@ def _mix(z: int) -> int:
 
 
 class PyMaze:
-    """One maze in plain Python, written from ENVS.md (Miconi et al. 2018) without numpy.
+    """One maze in plain Python without numpy, written from the rules in the ``envs.maze``
+    docstring (Miconi et al. 2018; ``rules="miconi2018"`` follows ``maze/maze.py`` of
+    uber-research/differentiable-plasticity at 66cdef7, lines 296-381).
 
     The baseline of ``bench.py maze`` and the tests' independent reference. It follows
     the random-stream protocol in the ``envs.maze`` docstring, so ``PyMaze(seed=s, index=i)``
@@ -20,8 +22,9 @@ class PyMaze:
     returns ``(obs, reward, done, episode_return, episode_length)``.
     """
 
-    def __init__(self, size: int = 9, episode_length: int = 250, seed: int = 0, index: int = 0) -> None:
-        self.size, self.episode_length = size, episode_length
+    def __init__(self, size: int = 9, episode_length: int = 250, seed: int = 0, index: int = 0,
+                 rules: str = "default") -> None:
+        self.size, self.episode_length, self.miconi = size, episode_length, rules == "miconi2018"
         self.centre = (size // 2, size // 2)
         self.wall = [[r in (0, size - 1) or c in (0, size - 1) or (r % 2 == 0 and c % 2 == 0)
                       for c in range(size)] for r in range(size)]
@@ -30,34 +33,39 @@ class PyMaze:
         self.state = _mix((_mix(seed) + _GOLDEN * (index + 1)) & _MASK)
         self.reset()
 
-    def _free_cell_except(self, cell: tuple[int, int]) -> tuple[int, int]:
+    def _free_cell_except(self, cell: tuple[int, int] | None) -> tuple[int, int]:
+        """A uniformly random free cell other than ``cell`` (any free cell if ``cell`` is None)."""
+        cells = [f for f in self.free if f != cell]
         self.state = (self.state + _GOLDEN) & _MASK
-        k = ((_mix(self.state) >> 32) * (len(self.free) - 1)) >> 32
-        return [f for f in self.free if f != cell][k]
+        return cells[((_mix(self.state) >> 32) * len(cells)) >> 32]
 
     def reset(self) -> list[float]:
-        self.agent, self.goal = self.centre, self._free_cell_except(self.centre)
-        self.t, self.ret = 0, 0.0
+        self.agent = self.centre
+        self.goal = self._free_cell_except(None if self.miconi else self.centre)
+        self.t, self.ret, self.last_reward = 0, 0.0, 0.0
         return self.observation()
 
     def observation(self) -> list[float]:
         r, c = self.agent
         window = [1.0 if self.wall[r + dr][c + dc] else 0.0 for dr in (-1, 0, 1) for dc in (-1, 0, 1)]
+        if self.miconi:
+            return window + [self.last_reward, float(self.t), 1.0]
         return window + [self.t / self.episode_length]
 
     def step(self, action: int) -> tuple[list[float], float, bool, float, int]:
         dr, dc = ((-1, 0), (1, 0), (0, -1), (0, 1))[action]
         target = (self.agent[0] + dr, self.agent[1] + dc)
+        reward = 0.0
         if self.wall[target[0]][target[1]]:
             reward = -0.1
-        elif target == self.goal:
-            reward = 10.0
-            self.agent = self._free_cell_except(self.goal)
         else:
-            reward = 0.0
             self.agent = target
+        if self.agent == self.goal:
+            reward += 10.0
+            self.agent = self._free_cell_except(None if self.miconi else self.goal)
         self.t += 1
         self.ret += reward
+        self.last_reward = reward
         episode_return, episode_length = self.ret, self.t
         done = self.t == self.episode_length
         obs = self.reset() if done else self.observation()

@@ -1,8 +1,10 @@
-"""Tests of the gridworld maze (ENVS.md, "The gridworld maze"; Miconi et al. 2018).
+"""Tests of the gridworld maze (Miconi et al. 2018; ``rules="miconi2018"`` against
+``maze/maze.py`` of uber-research/differentiable-plasticity at 66cdef7).
 
-References are derived independently of ``envs.maze``: the layout from the ENVS.md
-drawing, windows by hand, expected returns by exact dynamic programming over the maze's
-Markov chain, and trajectories from the plain-Python ``PyMaze`` in ``envs/maze_reference.py``.
+References are derived independently of ``envs.maze``: the layout from the drawing below
+(``maze.py`` lines 264-269), windows by hand, expected returns by exact dynamic programming
+over the maze's Markov chain, and trajectories from the plain-Python ``PyMaze`` in
+``envs/maze_reference.py``.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ UP, DOWN, LEFT, RIGHT = range(4)
 
 
 def wall_map(size: int) -> list[list[bool]]:
-    """The ENVS.md rules written out: border, pillars at even-even, centre free."""
+    """The layout rules written out: border, pillars at even-even, centre free."""
     w = [[r in (0, size - 1) or c in (0, size - 1) or (r % 2 == 0 and c % 2 == 0) for c in range(size)]
          for r in range(size)]
     w[size // 2][size // 2] = False
@@ -200,6 +202,94 @@ def test_time_feature_and_auto_reset() -> None:
     assert (obs[:, 9] == np.float32(1 / length)).all()
 
 
+# ---------------------------------------------------------------- Miconi's 2018 rules (maze.py at 66cdef7)
+
+
+def miconi(n: int = 1, seed: int = 0, **options) -> Maze:
+    env = envs.make("maze", num_envs=n, seed=seed, rules="miconi2018", **options)
+    env.reset()
+    return env
+
+
+def test_miconi_observation() -> None:
+    """Window, previous reward, raw step number, bias 1 (maze.py lines 331-338)."""
+    env = envs.make("maze", num_envs=2, seed=0, rules="miconi2018", episode_length=5)
+    assert env.observation_shape == (12,)
+    assert env.reset().tolist() == [[0.0] * 9 + [0.0, 0.0, 1.0]] * 2
+    place(env, 0, (1, 1), goal=(7, 7))
+    place(env, 1, (4, 4), goal=(7, 7))
+    obs, reward, _, _ = env.step(np.array([UP, UP]))
+    assert reward.tolist() == [np.float32(-0.1), 0.0]
+    assert obs[0].tolist() == [1, 1, 1, 1, 0, 0, 1, 0, 1, np.float32(-0.1), 1, 1]
+    assert obs[1].tolist() == [0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1]
+    for t in (2, 3, 4):
+        obs, _, done, _ = env.step(np.array([RIGHT, RIGHT]))
+        assert (obs[:, 10] == t).all() and not done.any()
+    obs, _, done, info = env.step(np.array([LEFT, LEFT]))
+    assert done.all() and (info["episode_length"] == 5).all()
+    assert obs.tolist() == [[0.0] * 9 + [0.0, 0.0, 1.0]] * 2  # a new episode: no previous reward, step 0
+
+
+def test_miconi_goal_on_centre() -> None:
+    """The agent starts on a goal drawn on the centre; stepping off gives nothing, stepping
+    back on collects it (the goal test runs only after a move, maze.py line 371)."""
+    env = miconi()
+    place(env, 0, (4, 4), goal=(4, 4))
+    _, reward, _, _ = env.step(np.array([UP]))
+    assert reward[0] == 0 and tuple(env.agent[0]) == (3, 4)
+    obs, reward, _, info = env.step(np.array([DOWN]))
+    assert reward[0] == 10 and info["episode_return"][0] == 10
+    assert obs[0, 9] == 10 and obs[0, 10] == 2
+
+
+def test_miconi_goals_cover_all_free_cells_centre_included() -> None:
+    n = 8200
+    env = miconi(n, seed=4)
+    goals = [tuple(g) for g in env.goal]
+    assert set(goals) == set(free_cells(9))
+    counts = np.array([goals.count(c) for c in free_cells(9)])
+    assert ((counts - n / 41) ** 2 / (n / 41)).sum() < 80  # chi-square, 40 dof: P(> 80) < 2e-4
+
+
+def test_miconi_teleport_may_land_on_the_goal() -> None:
+    n, goal = 8200, (3, 5)
+    env = miconi(n, seed=3)
+    for i in range(n):
+        place(env, i, (3, 4), goal)
+    env.step(np.full(n, RIGHT))
+    landed = [tuple(p) for p in env.agent]
+    assert set(landed) == set(free_cells(9))  # the goal included
+    counts = np.array([landed.count(c) for c in free_cells(9)])
+    assert ((counts - n / 41) ** 2 / (n / 41)).sum() < 80
+
+
+@pytest.mark.parametrize("action, reward, end", [
+    (UP, np.float32(9.9), None),  # wall check first (-0.1, stay), then the goal test on the same cell: +10
+    (LEFT, np.float32(9.9), None),
+    (RIGHT, 0.0, (1, 2)),  # stepping off the goal gives nothing
+])
+def test_miconi_standing_on_the_goal(action: int, reward: float, end: tuple[int, int] | None) -> None:
+    """After a teleport onto the goal (placed here by hand on corner (1, 1))."""
+    env = miconi(seed=5)
+    place(env, 0, (1, 1), goal=(1, 1))
+    obs, r, _, info = env.step(np.array([action]))
+    assert r[0] == reward and info["episode_return"][0] == reward and obs[0, 9] == reward
+    if end is not None:
+        assert tuple(env.agent[0]) == end
+        _, r, _, _ = env.step(np.array([LEFT]))
+        assert r[0] == 10  # back onto it
+
+
+def test_miconi_rewards() -> None:
+    env = miconi(512, seed=5)
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(250):
+        _, reward, _, _ = env.step(rng.integers(0, 4, 512))
+        seen |= set(reward.tolist())
+    assert seen == {0.0, float(np.float32(-0.1)), float(np.float32(9.9)), 10.0}
+
+
 # ---------------------------------------------------------------- oracle and random policies
 
 
@@ -224,30 +314,61 @@ def oracle_expected_return(size: int, length: int) -> tuple[float, float]:
     return 10 * total / len(goals), sum(steps) / len(steps)
 
 
-def random_expected_return(size: int, length: int) -> float:
-    """Exact mean return of the uniform random policy: propagate the agent's distribution."""
+def policy_expected_return(size: int, length: int, rules: str, probs) -> float:
+    """Exact mean return of the policy ``probs(agent, goal) -> 4 action probabilities``:
+    propagate the agent's distribution through the Markov chain of each goal.
+
+    The chain follows Miconi's ``maze.py`` (66cdef7, lines 296-381) under ``miconi2018``:
+    goals over all free cells, the wall check before the goal test, teleports onto any
+    free cell; under ``default`` the goal avoids the centre and the teleport the goal.
+    """
     free, centre, walls = free_cells(size), (size // 2, size // 2), wall_map(size)
     index = {x: i for i, x in enumerate(free)}
-    total, goals = 0.0, [g for g in free if g != centre]
+    miconi = rules == "miconi2018"
+    goals = free if miconi else [g for g in free if g != centre]
+    total = 0.0
     for g in goals:
+        landing = np.array([1.0 if miconi or z != g else 0.0 for z in free])
+        landing /= landing.sum()
         move, reward = np.zeros((len(free), len(free))), np.zeros(len(free))
         for x in free:
-            for dr, dc in MOVES:
-                y = (x[0] + dr, x[1] + dc)
+            for p, (dr, dc) in zip(probs(x, g), MOVES):
+                y, r = (x[0] + dr, x[1] + dc), 0.0
                 if walls[y[0]][y[1]]:
-                    move[index[x], index[x]] += 0.25
-                    reward[index[x]] -= 0.1 * 0.25
-                elif y == g:
-                    reward[index[x]] += 10 * 0.25
-                    move[index[x], [index[z] for z in free if z != g]] += 0.25 / (len(free) - 1)
+                    y, r = x, -0.1
+                if y == g:
+                    reward[index[x]] += p * (r + 10)
+                    move[index[x]] += p * landing
                 else:
-                    move[index[x], index[y]] += 0.25
-        p = np.zeros(len(free))
-        p[index[centre]] = 1
+                    reward[index[x]] += p * r
+                    move[index[x], index[y]] += p
+        dist = np.zeros(len(free))
+        dist[index[centre]] = 1
         for _ in range(length):
-            total += p @ reward
-            p = p @ move
+            total += dist @ reward
+            dist = dist @ move
     return total / len(goals)
+
+
+def oracle_actions(size: int) -> np.ndarray:
+    """action[agent r, c, goal r, c]: a step along a shortest path to the goal; on the goal
+    itself a bump into a wall where there is one (it collects the goal under ``miconi2018``,
+    9.9 in one step), else a step off it."""
+    walls, action = wall_map(size), np.zeros((size,) * 4, np.int64)
+    for g in free_cells(size):
+        d = distances(size, g)
+        for x in free_cells(size):
+            steps = [(x[0] + dr, x[1] + dc) for dr, dc in MOVES]
+            if x != g:
+                action[x + g] = next(a for a, y in enumerate(steps) if d.get(y) == d[x] - 1)
+            else:
+                bumps = [a for a, y in enumerate(steps) if walls[y[0]][y[1]]]
+                action[x + g] = bumps[0] if bumps else 0
+    return action
+
+
+def uniform(x: tuple[int, int], g: tuple[int, int]) -> list[float]:
+    return [0.25] * 4
 
 
 def episode_returns(env: Maze, policy, episodes_per_env: int) -> np.ndarray:
@@ -265,26 +386,36 @@ def assert_mean_matches(returns: np.ndarray, expected: float) -> None:
     assert abs(returns.mean() - expected) < 4 * se, (returns.mean(), expected, se)
 
 
-def test_oracle_policy_scores_about_500() -> None:
+def test_oracle_closed_form_matches_markov_chain() -> None:
+    """Two independent derivations of the default rules' oracle agree."""
     expected, steps_per_goal = oracle_expected_return(9, 250)
-    assert round(steps_per_goal, 1) == 4.9 and 450 < expected < 550  # ENVS.md: about 500, 4.9 steps per goal
-    action = np.zeros((9, 9, 9, 9), np.int64)  # action[agent r, c, goal r, c] along a shortest path
-    for g in free_cells(9):
-        d = distances(9, g)
-        for x in free_cells(9):
-            if x != g:
-                action[x + g] = next(a for a, (dr, dc) in enumerate(MOVES) if d.get((x[0] + dr, x[1] + dc)) == d[x] - 1)
-    env = envs.make("maze", num_envs=2048, seed=7)
+    assert round(steps_per_goal, 1) == 4.9
+    action = oracle_actions(9)
+    chain = policy_expected_return(9, 250, "default", lambda x, g: np.eye(4)[action[x + g]])
+    assert abs(chain - expected) < 1e-9
+
+
+# Expected returns per 250-step episode of a 9x9 maze, rounded to 2 decimals.
+FIGURES = {"default": {"oracle": 520.40, "random": 8.72}, "miconi2018": {"oracle": 533.36, "random": 9.47}}
+
+
+@pytest.mark.parametrize("rules", ["default", "miconi2018"])
+def test_oracle_policy_expectation(rules: str) -> None:
+    action = oracle_actions(9)
+    expected = policy_expected_return(9, 250, rules, lambda x, g: np.eye(4)[action[x + g]])
+    assert round(expected, 2) == FIGURES[rules]["oracle"]
+    env = envs.make("maze", num_envs=2048, seed=7, rules=rules)
     returns = episode_returns(env, lambda e: action[(*e.agent.T, *e.goal.T)], episodes_per_env=2)
     assert len(returns) == 2 * 2048
     assert_mean_matches(returns, expected)
 
 
-def test_random_policy_scores_about_9() -> None:
-    expected = random_expected_return(9, 250)
-    assert 7 < expected < 11  # ENVS.md: about 9
+@pytest.mark.parametrize("rules", ["default", "miconi2018"])
+def test_random_policy_expectation(rules: str) -> None:
+    expected = policy_expected_return(9, 250, rules, uniform)
+    assert round(expected, 2) == FIGURES[rules]["random"]
     rng = np.random.default_rng(3)
-    env = envs.make("maze", num_envs=4096, seed=8)
+    env = envs.make("maze", num_envs=4096, seed=8, rules=rules)
     returns = episode_returns(env, lambda e: rng.integers(0, 4, e.num_envs), episodes_per_env=2)
     assert len(returns) == 2 * 4096
     assert_mean_matches(returns, expected)
@@ -293,13 +424,15 @@ def test_random_policy_scores_about_9() -> None:
 # ---------------------------------------------------------------- batch, single and reference agree
 
 
+@pytest.mark.parametrize("rules", ["default", "miconi2018"])
 @pytest.mark.parametrize("size", [5, 9, 13])
-def test_batch_matches_single_envs_and_python_reference(size: int) -> None:
-    n, length, seed, steps = 8, 20, 123, 70
-    batch = envs.make("maze", num_envs=n, seed=seed, size=size, episode_length=length)
-    vector = gymnasium.make_vec("DeltaBeast/Maze-v0", num_envs=n, size=size, episode_length=length)
-    singles = [gymnasium.make("DeltaBeast/Maze-v0", size=size, episode_length=length, env_index=i) for i in range(n)]
-    refs = [PyMaze(size, length, seed=seed, index=i) for i in range(n)]
+def test_batch_matches_single_envs_and_python_reference(size: int, rules: str) -> None:
+    n, length, seed, steps = 16, 20, 123, 70
+    batch = envs.make("maze", num_envs=n, seed=seed, size=size, episode_length=length, rules=rules)
+    vector = gymnasium.make_vec("DeltaBeast/Maze-v0", num_envs=n, size=size, episode_length=length, rules=rules)
+    singles = [gymnasium.make("DeltaBeast/Maze-v0", size=size, episode_length=length, env_index=i, rules=rules)
+               for i in range(n)]
+    refs = [PyMaze(size, length, seed=seed, index=i, rules=rules) for i in range(n)]
     obs = batch.reset()
     np.testing.assert_array_equal(vector.reset(seed=seed)[0], obs)
     for i, single in enumerate(singles):
@@ -310,7 +443,7 @@ def test_batch_matches_single_envs_and_python_reference(size: int) -> None:
     for _ in range(steps):
         actions = rng.integers(0, 4, n)
         obs, reward, done, info = batch.step(actions)
-        resets, finds = resets + done.sum(), finds + (reward == 10).sum()
+        resets, finds = resets + done.sum(), finds + (reward > 9).sum()
         v_obs, v_reward, v_term, v_trunc, v_info = vector.step(actions)
         np.testing.assert_array_equal(v_obs, obs)
         np.testing.assert_array_equal(v_reward, reward)
@@ -322,7 +455,7 @@ def test_batch_matches_single_envs_and_python_reference(size: int) -> None:
             assert s_info["episode_return"] == info["episode_return"][i]
             assert s_info["episode_length"] == info["episode_length"][i]
             if s_term:  # the single env shows the last observation; reset() gives the batch's
-                assert s_obs[9] == 1
+                assert s_obs[9] == 1 if rules == "default" else s_obs[10] == length
                 np.testing.assert_array_equal(v_info["final_obs"][i], s_obs)
                 s_obs, _ = single.reset()
             np.testing.assert_array_equal(s_obs, obs[i])
@@ -354,9 +487,10 @@ def test_seeding() -> None:
 # ---------------------------------------------------------------- Gymnasium
 
 
+@pytest.mark.parametrize("rules", ["default", "miconi2018"])
 @pytest.mark.parametrize("render_mode", [None, "ansi", "rgb_array"])
-def test_check_env(render_mode: str | None) -> None:
-    check_env(gymnasium.make("DeltaBeast/Maze-v0", render_mode=render_mode).unwrapped)
+def test_check_env(render_mode: str | None, rules: str) -> None:
+    check_env(gymnasium.make("DeltaBeast/Maze-v0", render_mode=render_mode, rules=rules).unwrapped)
 
 
 def test_render() -> None:
@@ -386,10 +520,11 @@ def test_registration() -> None:
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(name="atari2600"), "valid envs: maze"),
-    (dict(sizee=9), "valid options: size, episode_length"),
+    (dict(sizee=9), "valid options: size, episode_length, rules"),
     (dict(size=9.0), "size must be an odd int >= 5, got 9.0"),
     (dict(size="9"), "size must be an odd int >= 5, got '9'"),
     (dict(size=True), "size must be an odd int >= 5, got True"),
+    (dict(rules="miconi"), r"rules must be one of \('default', 'miconi2018'\), got 'miconi'"),
     (dict(size=8), "odd int >= 5"),
     (dict(size=3), "odd int >= 5"),
     (dict(episode_length=0), "episode_length must be an int >= 1"),

@@ -1,0 +1,245 @@
+"""Any Gymnasium env with a discrete action space, batched for the actors: ``envs.make("gym", ...)``.
+
+``envs.make("gym", num_envs=N, seed=s, id="popgym-RepeatPreviousEasy-v0")`` returns
+:class:`GymEnv`. ``id`` is
+
+* a Gymnasium id. ``"module:Id"`` imports ``module`` first, which is how the packages that
+  register their ids on import come in: ``"popgym:popgym-RepeatPreviousEasy-v0"``,
+  ``"minigrid:MiniGrid-MemoryS7-v0"``, ``"memory_gym:MysteryPath-Grid-v0"``
+  (Gymnasium's ``make``, "module:id" syntax);
+* or ``"bsuite/<experiment>/<index>"`` (``"bsuite/memory_len/0"``) for bsuite's dm_env
+  environments (Osband et al. 2020), through :class:`BsuiteEnv`. bsuite's own gym wrapper
+  (``bsuite.utils.gym_wrapper``) imports the retired ``gym`` package, so this small adapter
+  takes its place.
+
+Observations (:func:`observation_kind`):
+
+* ``"image"``: a uint8 ``Box`` of shape [H, W, C] (C <= 4) or [H, W], such as Memory Gym's
+  84x84 RGB frames. It is transposed to [C, H, W] and stays uint8, as Atari frames do, for a
+  conv torso (stem ``"resnet"``; uint8 is scaled by 1/255 there).
+* ``"flat"``: everything else -- ``Box`` (raveled), ``Discrete`` and ``MultiDiscrete``
+  (one-hot), ``Dict`` and ``Tuple`` (their parts flattened and concatenated, Gymnasium's
+  ``spaces.flatten``) -- as a float32 vector, for stem ``"mlp"``. Parts of a ``Dict`` or
+  ``Tuple`` that are not numeric (``Text``; MiniGrid's ``mission`` string space) are
+  dropped; they cannot be flattened into numbers. Option ``observation="flat"`` flattens
+  images too.
+
+``GymEnv.stem`` names the stem that fits (``"resnet"`` or ``"mlp"``).
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+from typing import Any, Literal
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+
+from envs.batch import EpisodeTotals, check_actions
+
+BSUITE_PREFIX = "bsuite/"
+
+
+class BsuiteEnv(gymnasium.Env):
+    """A bsuite dm_env environment (``bsuite_id`` such as ``"memory_len/0"``) as a ``gymnasium.Env``.
+
+    The sweep's settings (``bsuite.sweep.SETTINGS``) build the environment; ``reset(seed=s)``
+    rebuilds it with seed ``s`` where its loader takes a seed. A last time step with discount
+    0 is a termination, one with another discount a truncation (dm_env's convention).
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, bsuite_id: str) -> None:
+        from bsuite import bsuite, sweep
+
+        if bsuite_id not in sweep.SETTINGS:
+            raise ValueError(f"unknown bsuite id {bsuite_id!r}; e.g. {', '.join(sweep.MEMORY_LEN[:3])}, ...")
+        self.bsuite_id = bsuite_id
+        self._loader = bsuite.EXPERIMENT_NAME_TO_ENVIRONMENT[bsuite_id.split("/")[0]]
+        self._settings = dict(sweep.SETTINGS[bsuite_id])
+        self._seeded = "seed" in inspect.signature(self._loader).parameters
+        self._env = self._loader(**self._settings)
+        obs_spec, action_spec = self._env.observation_spec(), self._env.action_spec()
+        low = getattr(obs_spec, "minimum", -np.inf)
+        high = getattr(obs_spec, "maximum", np.inf)
+        self.observation_space = spaces.Box(
+            np.broadcast_to(low, obs_spec.shape).astype(obs_spec.dtype),
+            np.broadcast_to(high, obs_spec.shape).astype(obs_spec.dtype), obs_spec.shape, obs_spec.dtype)
+        self.action_space = spaces.Discrete(action_spec.num_values)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        if seed is not None and self._seeded:
+            self._env = self._loader(**self._settings, seed=seed)
+        return np.asarray(self._env.reset().observation, self.observation_space.dtype), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        step = self._env.step(int(action))
+        last = step.last()
+        terminated = bool(last and step.discount == 0)
+        obs = np.asarray(step.observation, self.observation_space.dtype)
+        return obs, float(step.reward or 0.0), terminated, bool(last and not terminated), {}
+
+
+_NUMERIC = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+def _numeric(space: spaces.Space) -> spaces.Space | None:
+    """``space`` without its non-numeric parts (None if nothing is left)."""
+    if isinstance(space, spaces.Dict):
+        kept = {k: s for k, s in ((k, _numeric(s)) for k, s in space.spaces.items()) if s is not None}
+        return spaces.Dict(kept) if kept else None
+    if isinstance(space, spaces.Tuple):
+        kept = [s for s in (_numeric(s) for s in space.spaces) if s is not None]
+        return spaces.Tuple(kept) if kept else None
+    return space if isinstance(space, _NUMERIC) else None
+
+
+def _numeric_part(space: spaces.Space, x: Any) -> Any:
+    """The value ``x`` of ``space`` restricted to ``_numeric(space)``."""
+    if isinstance(space, spaces.Dict):
+        return {k: _numeric_part(s, x[k]) for k, s in space.spaces.items() if _numeric(s) is not None}
+    if isinstance(space, spaces.Tuple):
+        return tuple(_numeric_part(s, v) for s, v in zip(space.spaces, x) if _numeric(s) is not None)
+    return x
+
+
+def observation_kind(space: spaces.Space) -> Literal["image", "flat"]:
+    """``"image"`` for a uint8 Box [H, W, C<=4] or [H, W], else ``"flat"`` (module docstring)."""
+    if isinstance(space, spaces.Box) and space.dtype == np.uint8:
+        if len(space.shape) == 2 or (len(space.shape) == 3 and space.shape[2] <= 4):
+            return "image"
+    return "flat"
+
+
+class ObservationAdapter(gymnasium.ObservationWrapper, gymnasium.utils.RecordConstructorArgs):
+    """Images to uint8 [C, H, W]; anything else flattened to float32 (module docstring).
+
+    ``info`` dicts are passed on as deep copies: some envs (popgym's CountRecall) put the
+    same array in every call's info, which Gymnasium's env checker rejects.
+    """
+
+    def __init__(self, env: gymnasium.Env, observation: Literal["auto", "flat"] = "auto") -> None:
+        gymnasium.utils.RecordConstructorArgs.__init__(self, observation=observation)
+        gymnasium.ObservationWrapper.__init__(self, env)
+        space = env.observation_space
+        self.kind = observation_kind(space) if observation == "auto" else "flat"
+        if self.kind == "image":
+            h, w, c = space.shape if len(space.shape) == 3 else (*space.shape, 1)
+            low = np.broadcast_to(space.low.reshape(h, w, c).transpose(2, 0, 1), (c, h, w))
+            high = np.broadcast_to(space.high.reshape(h, w, c).transpose(2, 0, 1), (c, h, w))
+            self.observation_space = spaces.Box(low, high, (c, h, w), np.uint8)
+        else:
+            self._inner = _numeric(space)
+            if self._inner is None:
+                raise ValueError(f"observation space {space} has no numeric part")
+            flat = spaces.flatten_space(self._inner)
+            self.observation_space = spaces.Box(flat.low.astype(np.float32), flat.high.astype(np.float32),
+                                                flat.shape, np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+        obs, info = super().reset(seed=seed, options=options)
+        return obs, copy.deepcopy(info)
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated, truncated, copy.deepcopy(info)
+
+    def observation(self, observation: Any) -> np.ndarray:
+        if self.kind == "image":
+            x = np.asarray(observation, np.uint8)
+            return np.ascontiguousarray((x[..., None] if x.ndim == 2 else x).transpose(2, 0, 1))
+        flat = spaces.flatten(self._inner, _numeric_part(self.env.observation_space, observation))
+        return np.asarray(flat, np.float32)
+
+
+def make_single(id: str, observation: Literal["auto", "flat"] = "auto", max_episode_steps: int = 0
+                ) -> ObservationAdapter:
+    """One env ``id`` (module docstring), its observations adapted; ``max_episode_steps`` > 0
+    adds a time limit (Gymnasium's ``TimeLimit``; 0 keeps the env's own)."""
+    if id.startswith(BSUITE_PREFIX):
+        env: gymnasium.Env = BsuiteEnv(id[len(BSUITE_PREFIX):])
+        if max_episode_steps > 0:
+            env = gymnasium.wrappers.TimeLimit(env, max_episode_steps)
+    else:
+        env = gymnasium.make(id, max_episode_steps=max_episode_steps or None)
+    if not isinstance(env.action_space, spaces.Discrete):
+        raise ValueError(f"env {id!r} has action space {env.action_space}; the agents need a Discrete one")
+    return ObservationAdapter(env, observation)
+
+
+class GymEnv:
+    """N copies of a Gymnasium env, vectorised by Gymnasium's vector API, with torchbeast-style
+    automatic reset.
+
+    ``step`` returns ``(obs [N, *observation_shape], reward [N] float32, done [N] bool, info)``
+    with ``info = {"episode_return": float32 [N], "episode_length": int32 [N]}``. Where
+    ``done[i]`` (terminated or truncated) the episode of env i ended at this step and env i
+    was reset (the vector env's same-step autoreset): ``obs[i]`` is the first observation of
+    the new episode, ``reward[i]`` the last reward of the finished one and the info entries
+    its totals; elsewhere they are running totals, as for ``envs.maze.Maze``. Actions are
+    ``0 .. num_actions-1`` (shifted by the space's ``start``). Env i is seeded with
+    ``(seed + i) mod 2**31`` at ``reset``.
+
+    Options:
+        id: the env (module docstring): a Gymnasium id, ``"module:Id"`` or ``"bsuite/<experiment>/<index>"``.
+        observation: ``"auto"`` (images stay uint8 [C, H, W]; the rest is flattened to
+            float32) or ``"flat"`` (everything flattened).
+        max_episode_steps: a time limit in steps; 0 keeps the env's own.
+        vectorization: ``"sync"`` (all envs in this process) or ``"async"`` (one process each).
+    """
+
+    def __init__(self, num_envs: int, seed: int = 0, *, id: str, observation: Literal["auto", "flat"] = "auto",
+                 max_episode_steps: int = 0, vectorization: Literal["sync", "async"] = "sync") -> None:
+        """
+        Args:
+            id: A Gymnasium id with a discrete action space ("module:Id" imports the module first), or bsuite/<experiment>/<index>.
+            observation: auto (uint8 images kept as [C, H, W] for a conv stem, all else flattened) or flat.
+            max_episode_steps: Cut episodes after this many steps (0: the env's own limit).
+            vectorization: Gymnasium's sync (one process) or async (one process per env) vector env.
+        """
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+        if max_episode_steps < 0:
+            raise ValueError(f"max_episode_steps must be >= 0, got {max_episode_steps!r}")
+        for option, value, valid in (("observation", observation, ("auto", "flat")),
+                                     ("vectorization", vectorization, ("sync", "async"))):
+            if value not in valid:
+                raise ValueError(f"{option} must be one of {valid}, got {value!r}")
+        probe = make_single(id, observation, max_episode_steps)
+        self.id, self.num_envs, self.seed_value = id, int(num_envs), int(seed)
+        self.kind = probe.kind
+        self.stem = "resnet" if self.kind == "image" else "mlp"
+        self.observation_shape: tuple[int, ...] = tuple(probe.observation_space.shape)
+        self.observation_dtype = np.dtype(probe.observation_space.dtype)
+        self.num_actions = int(probe.action_space.n)
+        self._action_start = int(probe.action_space.start)
+        probe.close()
+        fns = [functools.partial(make_single, id, observation, max_episode_steps)] * self.num_envs
+        vector = SyncVectorEnv if vectorization == "sync" else AsyncVectorEnv
+        self._env = vector(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        self._totals = EpisodeTotals(self.num_envs)
+
+    def reset(self) -> np.ndarray:
+        """Start a new episode in every env; returns obs [N, *observation_shape]."""
+        seeds = [int((self.seed_value + i) % 2**31) for i in range(self.num_envs)]
+        obs, _ = self._env.reset(seed=seeds)
+        self._totals.reset()
+        return np.array(obs, self.observation_dtype)
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """Step every env with ``actions`` (int [N], values in 0..num_actions-1); see the class docstring."""
+        actions = check_actions(actions, self.num_envs, self.num_actions)
+        obs, reward, terminated, truncated, _ = self._env.step(actions + self._action_start)
+        reward = np.asarray(reward, np.float32)
+        done = np.logical_or(terminated, truncated)
+        return np.array(obs, self.observation_dtype), reward, done, self._totals.step(reward, done)
+
+    def close(self) -> None:
+        self._env.close()

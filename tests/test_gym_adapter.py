@@ -1,0 +1,163 @@
+"""Tests of ``envs.make("gym", ...)`` (envs/gym_adapter.py) on small envs defined here and on
+Gymnasium's CartPole: hand-flattened observations, images to [C, H, W], episode totals against
+single envs stepped by hand, Gymnasium's env checker, and bad arguments. The suites' third-party
+envs are tested in test_suites.py."""
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.utils.env_checker import check_env
+
+import envs
+from envs.gym_adapter import GymEnv, make_single, observation_kind
+
+
+class ToyEnv(gymnasium.Env):
+    """Episodes of 2-4 steps (drawn at reset); the reward of step t is t; the observation
+    encodes the step count and the last action in a space of the given ``kind``."""
+
+    def __init__(self, kind: str = "dict", action_start: int = 0, multi_action: bool = False) -> None:
+        self.kind = kind
+        self.action_space = spaces.MultiDiscrete([2, 2]) if multi_action else spaces.Discrete(3, start=action_start)
+        self.observation_space = {
+            "dict": spaces.Dict({"b": spaces.Discrete(3), "a": spaces.Box(-1, 1, (2,), np.float32),
+                                 "t": spaces.Tuple((spaces.Discrete(2), spaces.MultiDiscrete([2, 3]))),
+                                 "m": spaces.Text(5)}),
+            "image": spaces.Box(0, 255, (5, 4, 3), np.uint8),
+            "grey": spaces.Box(0, 255, (5, 4), np.uint8),
+            "box": spaces.Box(-10, 10, (2,), np.float32),
+        }[kind]
+
+    def _obs(self) -> Any:
+        t, a = self.t, self.last_action
+        if self.kind == "dict":
+            return {"a": np.array([t / 4, -t / 4], np.float32), "b": t % 3, "m": "hi",
+                    "t": (t % 2, np.array([1, t % 3]))}
+        if self.kind == "box":
+            return np.array([t, a], np.float32)
+        return (np.arange(np.prod(self.observation_space.shape)).reshape(self.observation_space.shape) + t
+                ).astype(np.uint8)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        self.t, self.last_action, self.length = 0, 0, int(self.np_random.integers(2, 5))
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self.t += 1
+        self.last_action = int(action)
+        return self._obs(), float(self.t), self.t >= self.length, False, {}
+
+
+for _kind in ("dict", "image", "grey", "box"):
+    gymnasium.register(id=f"DeltaBeastTest/{_kind}-v0", entry_point=ToyEnv, kwargs={"kind": _kind})
+gymnasium.register(id="DeltaBeastTest/start-v0", entry_point=ToyEnv, kwargs={"kind": "box", "action_start": -1})
+gymnasium.register(id="DeltaBeastTest/multi-v0", entry_point=ToyEnv, kwargs={"kind": "box", "multi_action": True})
+
+
+def test_dict_tuple_discrete_multidiscrete_flattened_text_dropped() -> None:
+    env = envs.make("gym", num_envs=2, seed=0, id="DeltaBeastTest/dict-v0")
+    assert (env.observation_shape, env.observation_dtype, env.stem) == ((12,), np.float32, "mlp")
+    obs = env.reset()
+    # Keys in sorted order: a (Box), b (Discrete 3 one-hot), t (Discrete 2, MultiDiscrete [2, 3]); m (Text) dropped.
+    t0 = [0, 0, 1, 0, 0, 1, 0, 0, 1, 1, 0, 0]
+    np.testing.assert_array_equal(obs, [t0, t0])
+    obs, reward, done, info = env.step(np.array([0, 1]))
+    t1 = [0.25, -0.25, 0, 1, 0, 0, 1, 0, 1, 0, 1, 0]
+    np.testing.assert_array_equal(obs, [t1, t1])
+    assert reward.tolist() == [1, 1] and info["episode_length"].tolist() == [1, 1]
+
+
+@pytest.mark.parametrize("kind, shape", [("image", (3, 5, 4)), ("grey", (1, 5, 4))])
+def test_images_become_uint8_channels_first(kind: str, shape: tuple[int, ...]) -> None:
+    env = envs.make("gym", num_envs=3, seed=1, id=f"DeltaBeastTest/{kind}-v0")
+    assert (env.observation_shape, env.observation_dtype, env.kind, env.stem) == (shape, np.uint8, "image", "resnet")
+    env.reset()
+    obs, *_ = env.step(np.array([0, 0, 0]))
+    size = 20 * shape[0]
+    frame = np.arange(size).reshape(5, 4, shape[0]) + 1  # the env's frame after one step, [H, W, C]
+    assert obs.shape == (3, *shape) and obs.dtype == np.uint8
+    for c in range(shape[0]):
+        np.testing.assert_array_equal(obs[2, c], frame[:, :, c])
+    flat = envs.make("gym", num_envs=1, id=f"DeltaBeastTest/{kind}-v0", observation="flat")
+    assert (flat.observation_shape, flat.observation_dtype, flat.stem) == ((size,), np.float32, "mlp")
+    np.testing.assert_array_equal(flat.reset()[0], np.arange(size))
+
+
+def test_observation_kind() -> None:
+    assert observation_kind(spaces.Box(0, 255, (84, 84, 3), np.uint8)) == "image"
+    assert observation_kind(spaces.Box(0, 255, (84, 84), np.uint8)) == "image"
+    assert observation_kind(spaces.Box(0, 255, (7, 7, 9), np.uint8)) == "flat"  # too many channels
+    assert observation_kind(spaces.Box(0, 1, (84, 84, 3), np.float32)) == "flat"
+    assert observation_kind(spaces.Discrete(4)) == "flat"
+
+
+@pytest.mark.parametrize("env_id, max_steps", [("DeltaBeastTest/box-v0", 0), ("DeltaBeastTest/box-v0", 3),
+                                               ("CartPole-v1", 0), ("CartPole-v1", 12)])
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+def test_matches_single_envs_stepped_by_hand(env_id: str, max_steps: int, vectorization: str) -> None:
+    """Observations, rewards, dones and episode totals equal those of N single envs seeded
+    with seed + i and reset by hand after each episode."""
+    n, seed = 3, 10
+    env = envs.make("gym", num_envs=n, seed=seed, id=env_id, max_episode_steps=max_steps,
+                    vectorization=vectorization)
+    singles = [gymnasium.make(env_id, max_episode_steps=max_steps or None) for _ in range(n)]
+    expected = np.stack([s.reset(seed=seed + i)[0] for i, s in enumerate(singles)])
+    np.testing.assert_array_equal(env.reset(), expected)
+    totals = np.zeros((n, 2))
+    rng = np.random.default_rng(0)
+    ends = 0
+    for _ in range(60):
+        actions = rng.integers(0, 2, n)
+        obs, reward, done, info = env.step(actions)
+        for i, single in enumerate(singles):
+            s_obs, s_reward, term, trunc, _ = single.step(int(actions[i]))
+            totals[i] += (s_reward, 1)
+            assert reward[i] == np.float32(s_reward) and done[i] == (term or trunc)
+            assert (info["episode_return"][i], info["episode_length"][i]) == (np.float32(totals[i, 0]), totals[i, 1])
+            if term or trunc:
+                s_obs, _ = single.reset()
+                totals[i] = 0
+                ends += 1
+                if max_steps:
+                    assert info["episode_length"][i] <= max_steps
+            np.testing.assert_array_equal(obs[i], s_obs)
+    assert ends >= n
+    env.close()
+
+
+def test_action_space_start_is_shifted() -> None:
+    env = envs.make("gym", num_envs=3, id="DeltaBeastTest/start-v0")
+    env.reset()
+    obs, *_ = env.step(np.array([0, 1, 2]))
+    assert obs[:, 1].tolist() == [-1, 0, 1]  # the env saw start + action
+
+
+@pytest.mark.parametrize("env_id", ["DeltaBeastTest/dict-v0", "DeltaBeastTest/image-v0", "DeltaBeastTest/grey-v0",
+                                    "CartPole-v1"])
+def test_check_env_on_wrapped_envs(env_id: str) -> None:
+    check_env(make_single(env_id), skip_render_check=True)
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="Discrete one"):
+        envs.make("gym", num_envs=1, id="DeltaBeastTest/multi-v0")
+    with pytest.raises(ValueError, match="valid options: id, observation"):
+        envs.make("gym", num_envs=1, idd="CartPole-v1")
+    with pytest.raises(ValueError, match="max_episode_steps must be >= 0"):
+        envs.make("gym", num_envs=1, id="CartPole-v1", max_episode_steps=-1)
+    with pytest.raises(ValueError, match=r"vectorization must be one of \('sync', 'async'\), got 'threads'"):
+        envs.make("gym", num_envs=1, id="CartPole-v1", vectorization="threads")
+    with pytest.raises(gymnasium.error.Error):
+        envs.make("gym", num_envs=1, id="NoSuchEnv-v0")
+    env = envs.make("gym", num_envs=2, id="CartPole-v1")
+    env.reset()
+    with pytest.raises(ValueError, match=r"actions must be in 0\.\.1"):
+        env.step(np.array([0, 2]))
+    with pytest.raises(ValueError, match="int array"):
+        env.step(np.array([0.0, 1.0]))
+    assert isinstance(env, GymEnv)
