@@ -1,4 +1,4 @@
-"""The IMPALA deep ResNet stem (Espeholt et al. 2018, Fig. 3; MODELS.md, "Atari agent").
+"""The IMPALA deep ResNet stem (Espeholt et al. 2018, Fig. 3; docs/cores.md).
 
 For each channel count in ``channels`` ([16, 32, 32]): a conv 3x3 (stride 1, padding 1), a
 max-pool 3x3 with stride 2 and padding 1, and ``num_blocks`` (2) residual blocks of

@@ -4,7 +4,7 @@
     python cuda/bench.py [--quick] [--dtype bf16|fp32] [--out results.json]
 
 Prints tokens/s (B*T per second, forward+backward), peak memory and ratios. Needs CUDA.
-Timing per /work/.library/device/METHOD.md: triton.testing.do_bench (events, median),
+Timing: triton.testing.do_bench (CUDA events, median of repetitions),
 fresh random inputs (never zeros), a correctness check against fp64 before each timing.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Batched Atari 2600 games from ale-py's threaded C++ ``AtariVectorEnv`` (ENVS.md, "Atari").
+"""Batched Atari 2600 games from ale-py's threaded C++ ``AtariVectorEnv`` (recurrent-FWP appendix C; docs/environments.md).
 
 Preprocessing (all inside ale-py's vector env): sticky actions with p = 0.25, frame skip 4
 with max-pooling over the last two frames, up to 30 no-ops at reset, 84x84 grey, a stack of 4
@@ -12,7 +12,7 @@ What the agent sees and what is reported:
 * An episode is a whole game, over all lives: ale-py's ``episodic_life`` is off, so ``done``
   is set only at game over (or at the frame limit), and ``info["episode_return"]`` is the game
   score of the whole game, never that of one life.
-* No FIRE press at reset (ENVS.md lists none); ``fire_reset=True`` turns ale-py's on.
+* No FIRE press at reset (the papers' protocol has none); ``fire_reset=True`` turns ale-py's on.
 
 ``envs.make("atari", num_envs=N, seed=s, game="Pong")`` returns :class:`Atari`; ``game``
 takes the Gymnasium names ("MsPacman", "SpaceInvaders"), ale-py's ROM ids ("ms_pacman") or
@@ -28,7 +28,7 @@ import numpy as np
 
 from envs.batch import EpisodeTotals, check_actions
 
-# The 20 games of Tables 9 and 10 (ENVS.md), in the tables' order, with their ROM ids.
+# The 20 games of Tables 9 and 10 of the recurrent-FWP appendix, in the tables' order, with their ROM ids.
 PAPER_GAMES: dict[str, str] = {
     "Alien": "alien", "Amidar": "amidar", "Assault": "assault", "BattleZone": "battle_zone",
     "Berzerk": "berzerk", "BankHeist": "bank_heist", "BeamRider": "beam_rider",
@@ -65,7 +65,7 @@ def rom_id(game: str) -> str:
     table = {_key(r): r for r in roms.get_all_rom_ids()}
     if isinstance(game, str) and _key(name) in table:
         return table[_key(name)]
-    raise ValueError(f"unknown Atari game {game!r}; valid games (ENVS.md's 20: {', '.join(PAPER_GAMES)}); "
+    raise ValueError(f"unknown Atari game {game!r}; valid games (the papers' 20: {', '.join(PAPER_GAMES)}); "
                      f"all of ale-py's: {', '.join(available_games())}")
 
 

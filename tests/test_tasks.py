@@ -1,5 +1,5 @@
 """The supervised task generators agree with their ground-truth checkers; splits are
-disjoint and reproducible (TASKS.md; issue 8)."""
+disjoint and reproducible (docs/supervised.md; issue 8)."""
 import numpy as np
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Supervised benchmark generators (TASKS.md): ``make_task(name, seed=..., **options)``.
+"""Supervised benchmark generators (docs/supervised.md): ``make_task(name, seed=..., **options)``.
 
 Task names: retrieval1, retrieval2 (associative retrieval settings 1 and 2), code3, code5
 (code execution with 3 / 5 variables), listops10, listops15 (sequential ListOps depth 10 /

@@ -10,7 +10,7 @@ Training: the training stream is cut into ``batch_size`` contiguous rows and rea
 segments of ``segment_length`` tokens (the target is the next token). With
 ``carry_state`` False (the papers' default) each segment starts from a zero state.
 
-Evaluation modes (``eval_mode``), the first two as TASKS.md gives them:
+Evaluation modes (``eval_mode``), the first two as the fwp-linear-transformers paper (§6.3) uses them:
 
 * ``sliding`` (default): windows of ``segment_length`` tokens moved by ``eval_stride``; each
   window starts from a zero state and scores only its last ``eval_stride`` tokens (the first
