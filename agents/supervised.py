@@ -51,7 +51,7 @@ class ModelConfig:
     """The model around the core."""
 
     kind: Literal["auto", "stack", "retrieval_memory"] = "auto"
-    """stack: embedding -> core -> linear; retrieval_memory: §6.1's memory (auto: it for retrieval with linear or delta)."""
+    """stack: embedding, core, linear; retrieval_memory: §6.1's memory; auto: that for retrieval with linear/delta."""
     embedding_size: PositiveInt = 128
     """Embedding size per input field (stack); size of e(k) (retrieval_memory)."""
     key_size: PositiveInt = 64
@@ -332,7 +332,8 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
               f"needs a finite training set; {cfg.task.name} has none: use train.max_steps")
         epoch_steps = max(1, task.epoch_size() // t.batch_size)
         max_steps = min(max_steps or 10**12, int(math.ceil(t.max_epochs * epoch_steps)))
-    check(bool(max_steps or t.max_time_s), "train.max_steps", "set train.max_steps, train.max_epochs or train.max_time_s")
+    check(bool(max_steps or t.max_time_s), "train.max_steps",
+          "set train.max_steps, train.max_epochs or train.max_time_s")
     trainer = Trainer(model, cfg.optim, max_steps or math.inf, run_dir, cfg)
 
     higher = t.select_metric in ("token_acc", "seq_acc")
@@ -402,7 +403,8 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
                 best_score, best_step = score, step
                 best_model = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
                 atomic_save(best_model, best_path)
-            logger.progress(step, {f"valid_{k}": v for k, v in metrics.items()} | {"best": sign * best_score}, force=not quiet)
+            logger.progress(step, {f"valid_{k}": v for k, v in metrics.items()} | {"best": sign * best_score},
+                            force=not quiet)
             if t.target_loss and metrics["loss"] < t.target_loss:
                 stop_reason = "target_loss"
                 break
@@ -426,6 +428,7 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
               "wall_s": round(time.time() - start, 1), "valid": valid, "test": test, "history": history}
     atomic_write_text(os.path.join(run_dir, "results.json"), json.dumps(result, indent=1))
     if not quiet:
-        print(f"done ({stop_reason}) at step {step}: best valid {t.select_metric} {sign * best_score:.4g} at step {best_step} | "
+        print(f"done ({stop_reason}) at step {step}: best valid {t.select_metric} {sign * best_score:.4g} "
+              f"at step {best_step} | "
               "test " + " | ".join(f"{k} {v:.4g}" for k, v in test.items()), flush=True)
     return result

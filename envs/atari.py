@@ -1,4 +1,4 @@
-"""Batched Atari 2600 games from ale-py's threaded C++ ``AtariVectorEnv`` (recurrent-FWP appendix C; docs/environments.md).
+"""Batched Atari 2600 games from ale-py's threaded C++ ``AtariVectorEnv`` (recurrent-FWP appendix C).
 
 Preprocessing (all inside ale-py's vector env): sticky actions with p = 0.25, frame skip 4
 with max-pooling over the last two frames, up to 30 no-ops at reset, 84x84 grey, a stack of 4

@@ -199,7 +199,8 @@ class GymEnv:
                  max_episode_steps: int = 0, vectorization: Literal["sync", "async"] = "sync") -> None:
         """
         Args:
-            id: A Gymnasium id with a discrete action space ("module:Id" imports the module first), or bsuite/<experiment>/<index>.
+            id: A Gymnasium id with a discrete action space ("module:Id" imports the module first), or
+                bsuite/<experiment>/<index>.
             observation: auto (uint8 images kept as [C, H, W] for a conv stem, all else flattened) or flat.
             max_episode_steps: Cut episodes after this many steps (0: the env's own limit).
             vectorization: Gymnasium's sync (one process) or async (one process per env) vector env.

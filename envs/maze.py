@@ -236,7 +236,8 @@ class Maze:
         cells = self.size * self.size
         # window[cell] is the observation's 3x3 part with the agent on that cell.
         self._window = np.stack(
-            [padded[dr: dr + self.size, dc: dc + self.size].reshape(cells) for dr in range(3) for dc in range(3)], axis=1
+            [padded[dr: dr + self.size, dc: dc + self.size].reshape(cells) for dr in range(3) for dc in range(3)],
+            axis=1
         ).astype(np.float32)
         self._free_cells = np.flatnonzero(~self.walls.reshape(cells)).astype(np.int64)
         self._free_index = np.full(cells, -1, np.int64)

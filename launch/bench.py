@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import os
 import random
 import statistics
@@ -42,6 +43,24 @@ def _saved_bytes(fn) -> int:
     return sum(sizes)
 
 
+def _forward_backward(cores: dict, x: torch.Tensor, done: torch.Tensor, name: str) -> None:
+    """One forward and backward pass of ``cores[name]`` on x [T,B,D] from the initial state."""
+    core = cores[name]
+    y, state, aux = core(x, core.initial_state(x.shape[1], x.device), done)
+    (y.square().mean() + sum(aux.values(), torch.zeros((), device=x.device))).backward()
+    del y, state, aux
+    _release_freed_memory()
+
+
+def _step_batched(env, actions: list, j: int) -> None:
+    env.step(actions[j % len(actions)])
+
+
+def _step_python(mazes: list, actions: list, j: int) -> None:
+    for maze, a in zip(mazes, actions[j % len(actions)]):
+        maze.step(a)
+
+
 def bench_cores(args: argparse.Namespace) -> None:
     """Forward+backward time and memory of every core at the RL and the long shape.
 
@@ -64,12 +83,7 @@ def bench_cores(args: argparse.Namespace) -> None:
         x = torch.randn(T, B, args.input_size, device=device, requires_grad=True)
         done = torch.zeros(T, B, dtype=torch.bool, device=device)
 
-        def step(name: str) -> None:
-            core = cores[name]
-            y, state, aux = core(x, core.initial_state(B, device), done)
-            (y.square().mean() + sum(aux.values(), torch.zeros((), device=device))).backward()
-            del y, state, aux
-            _release_freed_memory()
+        step = functools.partial(_forward_backward, cores, x, done)
 
         for name in names:  # warm-up and memory
             core = cores[name]
@@ -80,7 +94,7 @@ def bench_cores(args: argparse.Namespace) -> None:
                 torch.cuda.synchronize()
                 mem[name] = torch.cuda.max_memory_allocated()
             else:
-                mem[name] = _saved_bytes(lambda: core(x, core.initial_state(B, device), done))
+                mem[name] = _saved_bytes(functools.partial(core, x, core.initial_state(B, device), done))
                 step(name)
         for _ in range(args.reps):
             for name in names:
@@ -131,15 +145,11 @@ def bench_maze(args: argparse.Namespace) -> None:
         env = envs.make("maze", num_envs=n, seed=0, size=args.size, episode_length=args.episode_length)
         env.reset()
         actions = [rng.integers(0, 4, n) for _ in range(16)]
-        fast = _best_rate(lambda j: env.step(actions[j % 16]), n, max(16, min(args.steps // n, 20_000)))
+        fast = _best_rate(functools.partial(_step_batched, env, actions), n, max(16, min(args.steps // n, 20_000)))
         mazes = [PyMaze(args.size, args.episode_length, seed=0, index=i) for i in range(n)]
         py_actions = [random.Random(i).choices(range(4), k=n) for i in range(16)]
 
-        def py_step(j: int) -> None:
-            for maze, a in zip(mazes, py_actions[j % 16]):
-                maze.step(a)
-
-        slow = _best_rate(py_step, n, max(1, args.py_steps // n))
+        slow = _best_rate(functools.partial(_step_python, mazes, py_actions), n, max(1, args.py_steps // n))
         print(f"{n:>6} {fast:>14.3e} {slow:>15.3e} {fast / slow:>8.1f}")
 
 

@@ -88,7 +88,8 @@ def run_one(make_env: Callable[[int, int], Any], make_policy: Callable[[int], An
         scores, lengths = play(env, make_policy(run), episodes // n)
     finally:
         env.close()
-    return {"scores": [s for per_env in scores for s in per_env], "lengths": [x for per_env in lengths for x in per_env]}
+    return {"scores": [s for per_env in scores for s in per_env],
+            "lengths": [x for per_env in lengths for x in per_env]}
 
 
 def summarize(runs: list[dict[str, list]], ddof: int = 0) -> dict[str, Any]:

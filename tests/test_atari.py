@@ -167,7 +167,8 @@ def test_reward_clipping_happens_only_in_the_learner():
     batch = {"obs": torch.randint(0, 256, (T + 1, B, 4, 84, 84), dtype=torch.uint8),
              "done": torch.zeros(T + 1, B, dtype=torch.bool), "action": torch.randint(0, 6, (T + 1, B)),
              "logits": torch.randn(T + 1, B, 6)}
-    raw = dict(batch, reward=torch.tensor([[0.0, 0.0], [30.0, -5.0], [1.0, 0.5], [200.0, 0.0], [0.0, -1.0], [7.0, 0.0]]))
+    raw = dict(batch, reward=torch.tensor([[0.0, 0.0], [30.0, -5.0], [1.0, 0.5], [200.0, 0.0], [0.0, -1.0],
+                                           [7.0, 0.0]]))
     clipped = dict(batch, reward=raw["reward"].clamp(-1, 1))
     loss_raw, _ = compute_loss(model, raw, cfg)
     loss_clipped, _ = compute_loss(model, clipped, cfg)
@@ -184,7 +185,8 @@ def test_launcher_config_is_the_papers():
     assert cfg.learner.batch_size == 32 and cfg.loss.discount == 0.99
     assert (cfg.loss.entropy_cost, cfg.loss.baseline_cost) == (0.01, 0.5)
     o = cfg.optim
-    assert (o.name, o.lr, o.eps, o.alpha, o.momentum, o.grad_clip, o.lr_decay) == ("rmsprop", 6e-4, 0.01, 0.99, 0, 40, True)
+    assert (o.name, o.lr, o.eps, o.alpha, o.momentum, o.grad_clip, o.lr_decay) == \
+        ("rmsprop", 6e-4, 0.01, 0.99, 0, 40, True)
     assert cfg.checkpoint.milestones == [50_000_000, 200_000_000] and cfg.run.total_steps == 200_000_000
     assert cfg.run.device == "auto" and cfg.core.hidden_size == 256
     assert cfg.run.run_dir == "runs/atari-{game}-{core}" and cfg.resolved_run_dir() == "runs/atari-SpaceInvaders-lstm"

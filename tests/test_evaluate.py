@@ -70,7 +70,8 @@ def test_protocol_counts_means_and_stds(runs, episodes, envs_per_run):
             return np.zeros(len(obs), np.int64)
         return policy
 
-    out = evaluate.run_protocol(CountingEnv, policy_for, runs=runs, episodes=episodes, envs_per_run=envs_per_run, seed=7)
+    out = evaluate.run_protocol(CountingEnv, policy_for, runs=runs, episodes=episodes, envs_per_run=envs_per_run,
+                                seed=7)
     n = envs_per_run or episodes
     assert len(out) == runs and all(len(r["scores"]) == episodes for r in out)
     for r, result in enumerate(out):
@@ -128,7 +129,8 @@ def _result(game, core, step, mean, std):
 
 def test_markdown_layout():
     results = [_result("Pong", "delta", 50_000_000, 20.5, 0.25), _result("Alien", "lstm", 50_000_000, 1234.4, 56.0),
-               _result("Alien", "delta", 200_000_000, 15000.0, 1000.0), _result("Breakout", "delta_lstm", 50_000_000, 3, 1),
+               _result("Alien", "delta", 200_000_000, 15000.0, 1000.0),
+               _result("Breakout", "delta_lstm", 50_000_000, 3, 1),
                _result("Pong", "delta", 1234, -21.0, 0.0)]
     text = evaluate.markdown(results)
     sections = text.split("### ")[1:]

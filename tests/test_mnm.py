@@ -200,7 +200,8 @@ def test_resets_restore_initial_memory_per_element(name):
             # before its own reset an element is unaffected by the other's reset
             torch.testing.assert_close(y[:t0, b], y_nodone[:t0, b])
             # from its reset on it behaves as a fresh episode from the initial memory
-            fresh_y, fresh_state, _ = core(x[t0:, b : b + 1], core.initial_state(1), torch.zeros(T - t0, 1, dtype=torch.bool))
+            fresh_y, fresh_state, _ = core(x[t0:, b : b + 1], core.initial_state(1),
+                                           torch.zeros(T - t0, 1, dtype=torch.bool))
             torch.testing.assert_close(y[t0:, b], fresh_y[:, 0])
             for s, f in zip(final, fresh_state):
                 torch.testing.assert_close(s[b : b + 1], f)
@@ -361,7 +362,8 @@ def test_task_gradient_flows_through_writes(name, monkeypatch):
         core.zero_grad(set_to_none=False)
         y, _, _ = core(x, core.initial_state(B), done)
         y.pow(2).sum().backward()  # task loss only, no meta loss
-        grads = [core.interaction.weight.grad[write_rows], core.interaction.bias.grad[write_rows], core.rate.weight.grad]
+        grads = [core.interaction.weight.grad[write_rows], core.interaction.bias.grad[write_rows],
+                 core.rate.weight.grad]
         if name == "mnm_p":
             grads += [q.weight.grad for q in core.feedback]
         return [g.clone() for g in grads]

@@ -44,7 +44,8 @@ def make_config(task, core, run_dir, core_options=None, model=None, optim=None, 
     """A Config built directly (not through the command line), as a script would."""
     return Config(task=task_section(task)(), core=core_section(core)(**(core_options or {})),
                   run=RunConfig(run_dir=str(run_dir), seed=seed, num_threads=0),
-                  model=model or ModelConfig(), optim=optim or OptimConfig(name="adam", lr=1e-3, eps=1e-8, grad_clip=0.0),
+                  model=model or ModelConfig(),
+                  optim=optim or OptimConfig(name="adam", lr=1e-3, eps=1e-8, grad_clip=0.0),
                   train=LoopConfig(**{"batch_size": 64, **train_kw}), log=LogConfig(every=1, tensorboard=False))
 
 
@@ -68,7 +69,6 @@ def tiny_task(name, tmp_path):
 def test_every_task_trains_with_every_core(task_name, core, tmp_path):
     task = tiny_task(task_name, tmp_path)
     cfg = tiny_config(task_name, core, tmp_path / "run")
-    params_before = None
     result = train(cfg, task=task, quiet=True)
     assert result["steps"] == 2
     for split in ("valid", "test"):

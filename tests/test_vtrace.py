@@ -50,7 +50,8 @@ def test_hand_worked_three_steps():
     # v_1 − V_1 = δ_1 + γ c_1 (v_2 − V_2) = −0.25 + 0.25 = 0 -> v_1 = 2
     # v_0 − V_0 = δ_0 + γ c_0 (v_1 − V_1) = 1 + 0 = 1       -> v_0 = 2
     # advantages ρ_s (r_s + γ v_{s+1} − V_s): 1·(1 + 1 − 1) = 1; 0.5·(0 + 2 − 2) = 0; 1·(2 + 2 − 3) = 1.
-    col = lambda *xs: torch.tensor(xs, dtype=torch.float64).view(-1, 1)
+    def col(*xs):
+        return torch.tensor(xs, dtype=torch.float64).view(-1, 1)
     out = vtrace(torch.log(col(2.0, 0.5, 1.0)), col(0.5, 0.5, 0.5), col(1.0, 0.0, 2.0), col(1.0, 2.0, 3.0),
                  torch.tensor([4.0], dtype=torch.float64))
     assert out.vs.flatten().tolist() == pytest.approx([2.0, 2.0, 4.0])

@@ -43,8 +43,10 @@ class CodeExecution(Task):
         Args:
             num_variables: Variables a program uses (3 or 5 in the paper).
             num_statements: Statements per program, the final print included.
-            sizes: Examples per split, e.g. {train: 10000, valid: 1000, test: 1000} (null: the task's own; a null size: sampled afresh).
-            bucket: Group training sequences into batches of similar length, from shuffled pools of this many batches (0: plain shuffling).
+            sizes: Examples per split, e.g. {train: 10000, valid: 1000, test: 1000} (null: the task's own; a null
+                size: sampled afresh).
+            bucket: Group training sequences into batches of similar length, from shuffled pools of this many batches
+                (0: plain shuffling).
         """
         if not 1 <= num_variables <= len(VARIABLE_NAMES):
             raise ValueError(f"num_variables must be in 1..{len(VARIABLE_NAMES)}")

@@ -64,8 +64,10 @@ class ListOps(Task):
         Args:
             depth: Maximum nesting depth of a list.
             sublist_prob: Probability that an argument is a nested list rather than a digit.
-            sizes: Examples per split, e.g. {train: 10000, valid: 1000, test: 1000} (null: the task's own; a null size: sampled afresh).
-            bucket: Group training sequences into batches of similar length, from shuffled pools of this many batches (0: plain shuffling).
+            sizes: Examples per split, e.g. {train: 10000, valid: 1000, test: 1000} (null: the task's own; a null
+                size: sampled afresh).
+            bucket: Group training sequences into batches of similar length, from shuffled pools of this many batches
+                (0: plain shuffling).
         """
         if depth < 1:
             raise ValueError(f"depth must be >= 1, got {depth}")

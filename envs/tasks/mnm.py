@@ -40,7 +40,8 @@ class DictionaryInference(Task):
         Args:
             num_pairs: Key-value pairs in the dictionary.
             seq_len: Letters per key and per value.
-            sizes: Examples per split, e.g. {train: 10000, valid: 1000, test: 1000} (null: the task's own; a null size: sampled afresh).
+            sizes: Examples per split, e.g. {train: 10000, valid: 1000, test: 1000} (null: the task's own; a null
+                size: sampled afresh).
         """
         super().__init__(seed, sizes)
         self.k, self.l = num_pairs, seq_len
@@ -96,7 +97,8 @@ class DoubleCopy(Task):
         Args:
             length: Symbols in the sequence to copy twice.
             num_symbols: Size of the symbol alphabet.
-            sizes: Examples per split, e.g. {train: 10000, valid: 1000, test: 1000} (null: the task's own; a null size: sampled afresh).
+            sizes: Examples per split, e.g. {train: 10000, valid: 1000, test: 1000} (null: the task's own; a null
+                size: sampled afresh).
         """
         super().__init__(seed, sizes)
         self.length, self.num_symbols = length, num_symbols
@@ -129,7 +131,8 @@ class PrioritySort(Task):
             num_inputs: Bit vectors in the input, each with a priority.
             num_outputs: Highest-priority vectors to output, sorted.
             bits: Bits per vector.
-            sizes: Examples per split, e.g. {train: 10000, valid: 1000, test: 1000} (null: the task's own; a null size: sampled afresh).
+            sizes: Examples per split, e.g. {train: 10000, valid: 1000, test: 1000} (null: the task's own; a null
+                size: sampled afresh).
         """
         super().__init__(seed, sizes)
         self.n_in, self.n_out, self.bits = num_inputs, num_outputs, bits
