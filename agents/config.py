@@ -30,7 +30,7 @@ import re
 import sys
 import typing
 from argparse import ArgumentError
-from typing import Any, Callable, Literal, TypeVar
+from typing import Any, Callable, Literal, Optional, TypeVar
 
 import yaml
 from jsonargparse import ArgumentParser, set_parsing_settings
@@ -226,7 +226,9 @@ def options_dataclass(cls: type, name: str, skip: tuple[str, ...] = (), doc: str
             continue
         default = (defaults or {}).get(p.name, p.default)
         tp = Literal[tuple(choices[p.name])] if p.name in choices else hints[p.name]
-        fields.append((p.name, tp, dataclasses.field() if default is p.empty else dataclasses.field(default=default)))
+        if default is p.empty:  # a required option: null until set (the class says what is missing)
+            tp, default = Optional[tp], None
+        fields.append((p.name, tp, dataclasses.field(default=default)))
         lines.append(f"    {p.name}: {' '.join((descriptions.get(p.name) or '').split())}")
     section = dataclasses.make_dataclass(name, fields)
     section.__doc__ = f"{doc}\n\nAttributes:\n" + "\n".join(lines)

@@ -125,7 +125,7 @@ class TrainConfig:
 
 
 # The network (stem) each env's observations take.
-NETWORKS: dict[str, type] = {"maze": MLPNetworkConfig, "atari": ResNetNetworkConfig}
+NETWORKS: dict[str, type] = {"maze": MLPNetworkConfig, "atari": ResNetNetworkConfig, "gym": MLPNetworkConfig}
 
 
 @functools.cache

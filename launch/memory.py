@@ -1,0 +1,137 @@
+"""Run a memory benchmark suite (POPGym, bsuite memory_len, MiniGrid Memory, Memory Gym) with one core.
+
+    python launch/memory.py --suite popgym --core delta                 # defaults: launch/configs/memory.yaml
+    python launch/memory.py --suite all --core lstm --total_steps 2000000
+    python launch/memory.py --suite bsuite --core mnm_p --core.memory_size 32 --print_config
+
+Each env of the suite is one IMPALA run of ``run.total_steps`` steps in its own run directory
+(``run.run_dir``, with {suite}, {env} and {core} filled in); running the command again resumes
+the unfinished runs and skips the finished ones. At the end the launcher writes, beside the run
+directories, ``results-<core>.csv`` and ``.md`` (per env: POPGym's MMER for the POPGym envs,
+Morad et al. 2023 §5; the mean return at the budget for the others) and one learning-curve
+plot per env. Envs whose package is missing are skipped with a note (``pip install -e '.[memory]'``).
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import io
+import math
+import os
+import sys
+from typing import Any, Literal
+
+from agents.checkpoint import atomic_write_text
+from agents.config import Selector, env_section, exit_on_error, parse
+from agents.learner import TrainConfig, rl_schema, train
+from agents.logger import CSV_NAME, read_csv
+from agents.network import ResNetNetworkConfig
+from envs.suites import SUITES, SuiteEnv, mmer
+from fastnet import CORES
+
+DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "memory.yaml")
+SHORT_FLAGS = {"--core": "core.name", "--total_steps": "run.total_steps", "--num_actors": "actor.num_actors",
+               "--run_dir": "run.run_dir", "--device": "run.device", "--seed": "run.seed"}
+
+
+@functools.cache
+def memory_schema(core: str) -> type:
+    """The config of this entry point: the RL config on the gym adapter, plus the ``suite``."""
+    return dataclasses.make_dataclass(
+        "MemoryConfig", [("suite", Literal[tuple([*SUITES, "all"])], dataclasses.field(default="popgym"))],
+        bases=(rl_schema("gym", core),),
+        namespace={"__doc__": "IMPALA training of a memory core on each env of a benchmark suite.\n\nAttributes:\n"
+                              "    suite: The suite to run: popgym, bsuite, minigrid, memorygym, or all of them."})
+
+
+def load(argv: list[str]) -> Any:
+    """The resolved config of ``argv`` (ConfigError for bad input)."""
+    return parse(lambda names: memory_schema(names["core"]), argv, DEFAULTS,
+                 (Selector("core.name", tuple(CORES), "core"),), SHORT_FLAGS, prog="launch/memory.py",
+                 description=__doc__.split("\n")[0])
+
+
+def env_config(cfg: Any, suite: str, entry: SuiteEnv) -> TrainConfig:
+    """``cfg`` for one env of a suite: its gym options, its run directory, an image stem if it needs one."""
+    import envs
+
+    env = env_section("gym")(**entry.options)
+    probe = envs.make("gym", num_envs=1, seed=cfg.run.seed, **entry.options)
+    network = cfg.network
+    if probe.stem == "resnet" and network.stem != "resnet":
+        network = ResNetNetworkConfig(reward_clip=network.reward_clip, prev_action=network.prev_action)
+    probe.close()
+    run_dir = cfg.run.run_dir.format(suite=suite, env=entry.name, core=cfg.core.name)
+    return dataclasses.replace(cfg, env=env, network=network, run=dataclasses.replace(cfg.run, run_dir=run_dir))
+
+
+def score(suite: str, entry: SuiteEnv, rows: list[dict[str, Any]]) -> tuple[str, float]:
+    """(metric, value) of one run's log: MMER for POPGym, else the mean return at the budget."""
+    curve = [r["mean_return"] for r in rows if math.isfinite(r.get("mean_return", math.nan))]
+    if not curve:
+        return "mean return", math.nan
+    if suite == "popgym":
+        return "MMER", mmer([curve], entry.return_range)
+    return "mean return", curve[-1]
+
+
+def run(argv: list[str]) -> list[dict[str, Any]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cfg = load(argv)
+    suites = list(SUITES) if cfg.suite == "all" else [cfg.suite]
+    results = []
+    for suite in suites:
+        for entry in SUITES[suite]:
+            if not entry.available():
+                print(f"skipping {suite}/{entry.name}: {entry.package} is not installed "
+                      "(pip install -e '.[memory]')", flush=True)
+                continue
+            env_cfg = env_config(cfg, suite, entry)
+            print(f"== {suite}/{entry.name} with {cfg.core.name}: {env_cfg.run.run_dir}", flush=True)
+            train(env_cfg)
+            rows = read_csv(os.path.join(env_cfg.run.run_dir, CSV_NAME))
+            metric, value = score(suite, entry, rows)
+            results.append({"suite": suite, "env": entry.name, "core": cfg.core.name, "steps": cfg.run.total_steps,
+                            "metric": metric, "value": value, "run_dir": env_cfg.run.run_dir})
+            fig, ax = plt.subplots(figsize=(6, 4))
+            ax.plot([r["step"] for r in rows], [r["mean_return"] for r in rows], label=cfg.core.name)
+            ax.set(xlabel="environment steps", ylabel="mean return", title=f"{suite}: {entry.name}")
+            ax.grid(alpha=0.3)
+            ax.legend()
+            fig.tight_layout()
+            fig.savefig(os.path.join(os.path.dirname(env_cfg.run.run_dir), f"{entry.name}-{cfg.core.name}.png"))
+            plt.close(fig)
+    write_results(results, cfg)
+    return results
+
+
+def write_results(results: list[dict[str, Any]], cfg: Any) -> None:
+    """``results-<core>.csv`` and ``.md`` beside each suite's run directories."""
+    by_dir: dict[str, list[dict[str, Any]]] = {}
+    for r in results:
+        by_dir.setdefault(os.path.dirname(r["run_dir"]), []).append(r)
+    for directory, rows in by_dir.items():
+        text = io.StringIO()
+        writer = csv.DictWriter(text, ["suite", "env", "core", "steps", "metric", "value"], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write_text(os.path.join(directory, f"results-{cfg.core.name}.csv"), text.getvalue())
+        lines = ["| suite | env | core | steps | metric | value |", "| --- | --- | --- | --- | --- | --- |"]
+        lines += [f"| {r['suite']} | {r['env']} | {r['core']} | {r['steps']:,} | {r['metric']} | {r['value']:.3f} |"
+                  for r in rows]
+        atomic_write_text(os.path.join(directory, f"results-{cfg.core.name}.md"), "\n".join(lines) + "\n")
+        print("\n".join(lines), flush=True)
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    argv = sys.argv[1:] if argv is None else argv
+    return exit_on_error(lambda: run(argv), debug="--debug" in argv or None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""launch/memory.py: one IMPALA run per env of a suite, a results table and curves."""
+from __future__ import annotations
+
+import csv
+import os
+
+import pytest
+
+from launch import memory
+
+TINY = ["--num_actors", "1", "--actor.envs_per_actor", "4", "--actor.unroll_length", "8", "--learner.batch_size", "4",
+        "--core.hidden_size", "8", "--log.print_every_s", "100"]
+
+
+@pytest.mark.parametrize("suite,metric", [("popgym", "MMER"), ("bsuite", "mean return")])
+def test_suite_runs_every_env_and_writes_the_table(suite, metric, tmp_path):
+    pytest.importorskip({"popgym": "popgym", "bsuite": "bsuite"}[suite])
+    run_dir = str(tmp_path / "{suite}" / "{env}-{core}")
+    results = memory.main(["--suite", suite, "--total_steps", "512", "--run_dir", run_dir, *TINY])
+    names = [e.name for e in memory.SUITES[suite]]
+    assert [r["env"] for r in results] == names
+    for r in results:
+        assert r["metric"] == metric and os.path.exists(os.path.join(r["run_dir"], "checkpoint.pt"))
+        if metric == "MMER":
+            assert 0.0 <= r["value"] <= 1.0
+    with open(tmp_path / suite / "results-lstm.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["env"] for r in rows] == names
+    plots = sorted(p for p in os.listdir(tmp_path / suite) if p.endswith(".png"))
+    assert plots == sorted(f"{n}-lstm.png" for n in names)
+    again = memory.main(["--suite", suite, "--total_steps", "512", "--run_dir", run_dir, *TINY])  # resumes: done
+    assert [r["value"] for r in again] == pytest.approx([r["value"] for r in results], nan_ok=True)
+
+
+def test_unknown_suite_is_a_config_error(capsys):
+    with pytest.raises(SystemExit) as stop:
+        memory.main(["--suite", "atari57"])
+    assert stop.value.code == 2 and "--suite: expected one of 'popgym'" in capsys.readouterr().err
