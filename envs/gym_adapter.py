@@ -208,7 +208,8 @@ class GymEnv:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
         if not id:
-            raise ValueError("id is required: a Gymnasium id such as CartPole-v1 or popgym:popgym-RepeatPreviousEasy-v0")
+            raise ValueError("id is required: a Gymnasium id such as CartPole-v1 or "
+                             "popgym:popgym-RepeatPreviousEasy-v0")
         if max_episode_steps < 0:
             raise ValueError(f"max_episode_steps must be >= 0, got {max_episode_steps!r}")
         for option, value, valid in (("observation", observation, ("auto", "flat")),
