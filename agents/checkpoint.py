@@ -3,45 +3,113 @@
 A checkpoint is written to a temporary file in the target directory, flushed and fsynced,
 then renamed over ``checkpoint.pt`` with ``os.replace`` (atomic on POSIX), and the directory
 is fsynced. A process killed at any moment therefore leaves either the previous checkpoint
-or the new one, never a torn file. Milestones are extra copies named ``checkpoint-<step>.pt``.
+or the new one, never a torn file. The ``keep - 1`` checkpoints before the latest stay as
+``checkpoint.prev1.pt`` (the one before), ``checkpoint.prev2.pt``, ...; milestones are extra
+copies named ``checkpoint-<step>.pt``. Both are hard links where the file system has them.
+
+A state with NaN or infinite values is never saved (:class:`NonFiniteStateError`), and
+:func:`load_latest_good` resumes from the newest checkpoint that is readable and finite. A
+write that fails (disk full, read-only directory) raises :class:`WriteFailure` with one line.
 """
 from __future__ import annotations
 
 import dataclasses
+import errno
 import glob
 import os
+import pickle
 import re
+import shutil
+import sys
 import tempfile
+import zipfile
 from typing import Any, BinaryIO, Callable, Iterator
 
 import torch
 from torch import nn
 
-from agents.errors import ConfigError
+from agents.errors import (
+    ConfigMismatchError,
+    CorruptCheckpointError,
+    NoGoodCheckpointError,
+    NonFiniteStateError,
+    WriteFailure,
+)
 
 LATEST = "checkpoint.pt"
 _UMASK = os.umask(0o022)  # read the process umask (the call sets it) ...
 os.umask(_UMASK)  # ... and put it back
 _MILESTONE = re.compile(r"checkpoint-(\d+)\.pt$")
+_PREVIOUS = re.compile(r"checkpoint\.prev(\d+)\.pt$")
 
 
-def atomic_write(path: str, write: Callable[[BinaryIO], Any]) -> None:
-    """Call ``write(f)`` on a temporary file beside ``path``, fsync it, rename it over ``path``
-    and fsync the directory: ``path`` is never left partly written."""
+def _os_error(error: BaseException) -> OSError | None:
+    """``error`` if it is an OSError, else the first OSError it was raised from or during
+    (torch.save reports a failed write as a RuntimeError raised during the OSError), else None."""
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, OSError):
+        cause = cause.__cause__ or cause.__context__
+    return cause
+
+
+def write_failure(error: OSError, what: str, path: str) -> WriteFailure:
+    """A one-line :class:`WriteFailure` for ``error`` raised while writing ``what`` (e.g. "the
+    checkpoint") to ``path``, saying whether the previous file at ``path`` is intact."""
+    code, directory = error.errno, os.path.dirname(os.path.abspath(path))
+    if code in (errno.EEXIST, errno.ENOTDIR):  # a file where the directory or one of its parents should be
+        blocker = directory
+        while not os.path.exists(blocker):
+            blocker = os.path.dirname(blocker)
+        reason = f"{blocker} is not a directory"
+    else:
+        reason = os.strerror(code).lower() if code else str(error)
+    hint = {errno.ENOSPC: "; free some space and run the same command again",
+            errno.EDQUOT: "; free some space and run the same command again",
+            errno.EROFS: "; make it writable or choose another run_dir",
+            errno.EACCES: "; make it writable or choose another run_dir"}.get(code, "")
+    kept = f" (the previous {what.removeprefix('the ')} is intact)" if os.path.isfile(path) else ""
+    return WriteFailure(f"cannot write {what} to {directory}: {reason}{kept}{hint}")
+
+
+def _write_temp(path: str, write: Callable[[BinaryIO], Any], what: str) -> str:
+    """Call ``write(f)`` on a new temporary file beside ``path``, fsync it and return its path.
+    If that fails, remove it and raise a :class:`WriteFailure` about ``what``."""
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.splitext(path)[1])
+    tmp = None
     try:
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.splitext(path)[1])
         os.fchmod(fd, 0o666 & ~_UMASK)  # as open() would create it (mkstemp makes it private)
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        return tmp
+    except BaseException as e:
+        if tmp is not None and os.path.exists(tmp):
+            os.remove(tmp)
+        cause = _os_error(e) if isinstance(e, (OSError, RuntimeError)) else None
+        if cause is None:
+            raise
+        raise write_failure(cause, what, path) from e
+
+
+def atomic_write(path: str, write: Callable[[BinaryIO], Any], what: str = "a file") -> None:
+    """Call ``write(f)`` on a temporary file beside ``path``, fsync it, rename it over ``path``
+    and fsync the directory: ``path`` is never left partly written. An OSError (disk full, a
+    read-only directory, ...) becomes a one-line :class:`WriteFailure` about ``what``."""
+    tmp = _write_temp(path, write, what)
+    try:
         os.replace(tmp, path)
-    except BaseException:
+        _fsync_dir(os.path.dirname(tmp))
+    except OSError as e:
+        raise write_failure(e, what, path) from e
+    finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-        raise
+
+
+def _fsync_dir(directory: str) -> None:
     dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
@@ -49,24 +117,63 @@ def atomic_write(path: str, write: Callable[[BinaryIO], Any]) -> None:
         os.close(dir_fd)
 
 
-def atomic_save(obj: Any, path: str) -> None:
+def atomic_save(obj: Any, path: str, what: str = "a file") -> None:
     """``torch.save(obj, path)`` such that ``path`` is never left partly written."""
-    atomic_write(path, lambda f: torch.save(obj, f))
+    atomic_write(path, lambda f: torch.save(obj, f), what)
 
 
-def atomic_write_text(path: str, text: str) -> None:
+def atomic_write_text(path: str, text: str, what: str = "a file") -> None:
     """Write ``text`` (UTF-8) to ``path`` such that ``path`` is never left partly written."""
-    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")), what)
+
+
+def _link(source: str, target: str) -> None:
+    """Make ``target`` a hard link to ``source`` (replacing it atomically), or an atomic copy
+    where the file system has no hard links."""
+    tmp = os.path.join(os.path.dirname(target), f".tmp-link-{os.getpid()}.pt")
+    try:
+        os.link(source, tmp)
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            raise
+        with open(source, "rb") as src:
+            atomic_write(target, lambda f: shutil.copyfileobj(src, f), "the checkpoint")
+        return
+    os.replace(tmp, target)
+
+
+def non_finite(state: Any, prefix: str = "") -> list[str]:
+    """The dotted names of the floating-point tensors in ``state`` (nested dicts, lists and
+    tuples, e.g. a checkpoint payload) that hold NaN or infinite values."""
+    if isinstance(state, torch.Tensor):
+        finite = not (state.is_floating_point() or state.is_complex()) or bool(torch.isfinite(state).all())
+        return [] if finite else [prefix.rstrip(".")]
+    if isinstance(state, dict):
+        items = state.items()
+    elif isinstance(state, (list, tuple)):
+        items = enumerate(state)
+    else:
+        return []
+    return [name for key, value in items for name in non_finite(value, f"{prefix}{key}.")]
+
+
+def _names(names: list[str]) -> str:
+    return names[0] + (f" (and {len(names) - 1} more)" if len(names) > 1 else "")
 
 
 def save_checkpoint(directory: str, *, model: nn.Module, optimizer: torch.optim.Optimizer | None,
                     scheduler: Any | None, counters: dict[str, int], config: dict[str, Any],
-                    milestone: bool = False, **extra: Any) -> str:
-    """Write ``directory/checkpoint.pt`` (and ``checkpoint-<step>.pt`` if ``milestone``).
+                    milestone: bool = False, keep: int = 2, **extra: Any) -> str:
+    """Write ``directory/checkpoint.pt`` (and ``checkpoint-<step>.pt`` if ``milestone``), keeping
+    the ``keep - 1`` checkpoints before it as ``checkpoint.prev<i>.pt`` (i = 1 the newest).
 
     ``counters`` holds the step counters (at least ``step``); ``config`` the resolved config as
     a dict; ``extra`` anything else picklable. Returns the path of the latest checkpoint.
+    Raises :class:`NonFiniteStateError` if a tensor of the state holds NaN or infinite values
+    and :class:`WriteFailure` if the file cannot be written; either way nothing changes on disk.
     """
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1 (the latest checkpoint), got {keep}")
     payload = {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
@@ -76,22 +183,57 @@ def save_checkpoint(directory: str, *, model: nn.Module, optimizer: torch.optim.
         **extra,
     }
     path = os.path.join(directory, LATEST)
-    atomic_save(payload, path)
-    if milestone:
-        atomic_save(payload, os.path.join(directory, f"checkpoint-{counters['step']}.pt"))
+    bad = non_finite(payload)
+    if bad:
+        kept = f"; {path} (the previous checkpoint) is kept" if os.path.exists(path) else ""
+        raise NonFiniteStateError(f"not saving the checkpoint at step {counters['step']:,}: {_names(bad)} "
+                                  f"holds NaN or infinite values (training diverged){kept}")
     for stale in glob.glob(os.path.join(directory, ".tmp-*.pt")):  # left by a killed writer
         os.remove(stale)
+    written = _write_temp(path, lambda f: torch.save(payload, f), "the checkpoint")
+    try:
+        for i, prev in sorted(_previous(directory), reverse=True):  # checkpoint.prev<i>.pt, oldest first
+            if i + 1 < keep:
+                os.replace(prev, _previous_path(directory, i + 1))
+            else:
+                os.remove(prev)
+        if keep > 1 and os.path.exists(path):
+            _link(path, _previous_path(directory, 1))
+        os.replace(written, path)
+        if milestone:
+            _link(path, os.path.join(directory, f"checkpoint-{counters['step']}.pt"))
+        _fsync_dir(directory)
+    except OSError as e:
+        raise write_failure(e, "the checkpoint", path) from e
+    finally:
+        if os.path.exists(written):
+            os.remove(written)
     return path
 
 
-def latest_checkpoint(directory: str) -> str | None:
-    """The newest checkpoint in ``directory``: ``checkpoint.pt``, else the highest milestone."""
-    path = os.path.join(directory, LATEST)
-    if os.path.isfile(path):
-        return path
+def _previous_path(directory: str, i: int) -> str:
+    return os.path.join(directory, f"checkpoint.prev{i}.pt")
+
+
+def _previous(directory: str) -> list[tuple[int, str]]:
+    """(i, path) of every ``checkpoint.prev<i>.pt`` in ``directory``."""
+    return [(int(m.group(1)), p) for p in glob.glob(os.path.join(directory, "checkpoint.prev*.pt"))
+            if (m := _PREVIOUS.search(p))]
+
+
+def checkpoints(directory: str) -> list[str]:
+    """Every checkpoint in ``directory``, newest first: ``checkpoint.pt``, ``checkpoint.prev1.pt``,
+    ``checkpoint.prev2.pt``, ..., then the milestones ``checkpoint-<step>.pt`` by step."""
+    latest = [os.path.join(directory, LATEST)] if os.path.isfile(os.path.join(directory, LATEST)) else []
     milestones = [(int(m.group(1)), p) for p in glob.glob(os.path.join(directory, "checkpoint-*.pt"))
                   if (m := _MILESTONE.search(p))]
-    return max(milestones)[1] if milestones else None
+    return latest + [p for _, p in sorted(_previous(directory))] + [p for _, p in sorted(milestones, reverse=True)]
+
+
+def latest_checkpoint(directory: str) -> str | None:
+    """The newest checkpoint in ``directory`` (the first of :func:`checkpoints`), or None."""
+    found = checkpoints(directory)
+    return found[0] if found else None
 
 
 def _settings(current: Any, saved: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any, Any]]:
@@ -108,32 +250,98 @@ def _settings(current: Any, saved: dict[str, Any], prefix: str = "") -> Iterator
 
 
 def check_same_run(saved: dict[str, Any], current: Any, may_change: tuple[str, ...], path: str) -> None:
-    """Raise ConfigError if the checkpoint at ``path`` was written under a config (``saved``, a
-    dict) that differs from the config dataclass ``current`` in a setting outside ``may_change``
-    (dotted keys or whole sections, e.g. the budget or the logging). Resuming would otherwise
-    mix two runs: the model, optimiser state and counters of one with the settings of the other."""
+    """Raise :class:`ConfigMismatchError` (a ValueError) if the checkpoint at ``path`` was written
+    under a config (``saved``, a dict) that differs from the config dataclass ``current`` in a
+    setting outside ``may_change`` (dotted keys or whole sections, e.g. the budget or the logging).
+    Resuming would otherwise mix two runs: the model, optimiser state and counters of one with
+    the settings of the other."""
     sections = tuple(f"{k}." for k in may_change)
     differ = [(k, old, new) for k, old, new in _settings(current, saved)
               if old != new and k not in may_change and not k.startswith(sections)]
     if differ:
         changes = "; ".join(f"{k} {old!r} -> {new!r}" for k, old, new in differ)
-        raise ConfigError(f"{path} belongs to a run with other settings ({changes}): resume with the checkpoint's "
-                          "settings, or start a new run with another --run_dir (or --run.resume false)")
+        raise ConfigMismatchError(f"{path} belongs to a run with other settings ({changes}): resume with the "
+                                  "checkpoint's settings, or start a new run with another --run_dir "
+                                  "(or --run.resume false)")
 
 
-def load_checkpoint(path: str, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
-                    scheduler: Any | None = None, map_location: str | torch.device = "cpu",
-                    config: Any = None, may_change: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Load ``path``, restore the given objects' states in place, and return the payload. With
-    ``config`` (a config dataclass), first check that the checkpoint's run had the same settings
-    (``check_same_run``)."""
-    payload = torch.load(path, map_location=map_location, weights_only=False)
-    if config is not None and payload.get("config") is not None:
-        check_same_run(payload["config"], config, may_change, path)
+def read_checkpoint(path: str, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """The payload of the checkpoint at ``path``. Raises :class:`CorruptCheckpointError` if it is
+    empty, truncated, corrupt or unreadable, and :class:`NonFiniteStateError` if a tensor in it
+    holds NaN or infinite values (as written by versions that saved diverged states)."""
+    try:
+        if os.path.getsize(path) == 0:
+            raise CorruptCheckpointError(f"checkpoint {path} is empty")
+        payload = torch.load(path, map_location=map_location, weights_only=False)
+    except (OSError, EOFError, RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError) as e:
+        if isinstance(e, OSError):
+            reason = f"cannot be read: {os.strerror(e.errno).lower() if e.errno else e}"
+        else:
+            first_line = (str(e).splitlines() or [type(e).__name__])[0]
+            reason = f"is truncated or corrupt ({type(e).__name__}: {first_line})"
+        raise CorruptCheckpointError(f"checkpoint {path} {reason}") from e
+    if not isinstance(payload, dict) or "model" not in payload or "counters" not in payload:
+        raise CorruptCheckpointError(f"checkpoint {path} is not a checkpoint of this toolkit (no model or counters)")
+    bad = non_finite(payload)
+    if bad:
+        raise NonFiniteStateError(f"checkpoint {path} holds NaN or infinite values: {_names(bad)}")
+    return payload
+
+
+def _restore(payload: dict[str, Any], model: nn.Module | None, optimizer: torch.optim.Optimizer | None,
+             scheduler: Any | None) -> None:
+    """Load the payload's states into the given objects (those not None)."""
     if model is not None:
         model.load_state_dict(payload["model"])
     if optimizer is not None and payload["optimizer"] is not None:
         optimizer.load_state_dict(payload["optimizer"])
     if scheduler is not None and payload["scheduler"] is not None:
         scheduler.load_state_dict(payload["scheduler"])
+
+
+def load_checkpoint(path: str, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
+                    scheduler: Any | None = None, map_location: str | torch.device = "cpu",
+                    config: Any = None, may_change: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Load ``path`` (:func:`read_checkpoint`), restore the given objects' states in place, and
+    return the payload. With ``config`` (a config dataclass), first check that the checkpoint's
+    run had the same settings (``check_same_run``)."""
+    payload = read_checkpoint(path, map_location)
+    if config is not None and payload.get("config") is not None:
+        check_same_run(payload["config"], config, may_change, path)
+    _restore(payload, model, optimizer, scheduler)
     return payload
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def load_latest_good(directory: str, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
+                     scheduler: Any | None = None, map_location: str | torch.device = "cpu", config: Any = None,
+                     may_change: tuple[str, ...] = (),
+                     warn: Callable[[str], None] = _warn) -> tuple[str, dict[str, Any]] | None:
+    """Resume from the newest good checkpoint in ``directory``: as :func:`load_checkpoint` on the
+    first of :func:`checkpoints` that is readable and finite. Returns (its path, its payload), or
+    None if ``directory`` holds no checkpoint (a new run).
+
+    Each checkpoint skipped is reported by ``warn`` (one line: the file and why); if none is good,
+    raises :class:`NoGoodCheckpointError`. A checkpoint of a run with other settings raises
+    :class:`ConfigMismatchError` at once (older checkpoints of that run would differ too).
+    """
+    found = checkpoints(directory)
+    if not found:
+        return None
+    skipped = []
+    for path in found:
+        try:
+            payload = read_checkpoint(path, map_location)
+        except (CorruptCheckpointError, NonFiniteStateError) as e:
+            skipped.append(os.path.basename(path))
+            warn(f"{e}; skipping it")
+            continue
+        if config is not None and payload.get("config") is not None:
+            check_same_run(payload["config"], config, may_change, path)
+        _restore(payload, model, optimizer, scheduler)
+        return path, payload
+    raise NoGoodCheckpointError(f"no usable checkpoint in {directory} ({', '.join(skipped)}: see the warnings "
+                                f"above); move them away to start the run afresh, or choose another run_dir")

@@ -235,7 +235,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     actor_model = build_model(cfg, obs_shape, num_actions)
     steps_per_update = cfg.learner.batch_size * cfg.actor.unroll_length
     run_dir = cfg.resolved_run_dir()
-    trainer = Trainer(model, cfg.optim, cfg.run.total_steps / steps_per_update, run_dir, cfg)
+    trainer = Trainer(model, cfg.optim, cfg.run.total_steps / steps_per_update, run_dir, cfg, cfg.run.keep_checkpoints)
     counters = {"step": 0, "updates": 0, "episodes": 0}
     returns = RecentMean(cfg.log.return_window)
     payload = trainer.resume(device, cfg.run.resume)

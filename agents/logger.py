@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from agents.checkpoint import atomic_write_text
+from agents.checkpoint import atomic_write_text, write_failure
 
 CSV_NAME = "logs.csv"
 
@@ -41,18 +41,18 @@ class Logger:
     """CSV + TensorBoard + a progress line printed at most every ``print_every_s`` seconds.
 
     Every row has ``step`` (the x axis, e.g. environment steps) and ``time`` (seconds since the
-    logger opened, plus the ``time`` of the last kept row when resuming).
+    logger opened, plus the ``time`` of the last kept row when resuming). The CSV text of the
+    rows kept on resuming is never rewritten: they stay byte for byte as first written. When a
+    new key appears, only the header line grows; older rows keep their fewer cells (CSV readers
+    read the missing trailing cells as empty). Non-finite values are written as ``nan``/``inf``.
     """
 
     def __init__(self, run_dir: str, resume_step: int = 0, tensorboard: bool = True,
                  print_every_s: float = 5.0, stream: TextIO = sys.stdout):
-        os.makedirs(run_dir, exist_ok=True)
         self.path = os.path.join(run_dir, CSV_NAME)
-        self.rows = read_csv(self.path) if os.path.exists(self.path) else []
-        self.rows = [r for r in self.rows if float(r["step"]) <= resume_step]
-        self.fields = list(self.rows[0].keys()) if self.rows else ["step", "time"]
-        self.time_offset = float(self.rows[-1]["time"]) if self.rows else 0.0
-        self._rewrite()
+        self.fields, self.lines, self.time_offset, intact = _kept_history(self.path, resume_step)
+        if not intact:
+            self._rewrite()
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -67,12 +67,16 @@ class Logger:
         row = {"step": step, "time": round(self.time_offset + time.time() - self.start, 3), **metrics}
         new = [k for k in row if k not in self.fields]
         self.fields += new
-        self.rows.append(row)
+        line = _csv_line([row.get(k, "") for k in self.fields])
+        self.lines.append(line)
         if new:
             self._rewrite()
         else:
-            with open(self.path, "a", newline="") as f:
-                csv.DictWriter(f, self.fields).writerow(row)
+            try:
+                with open(self.path, "a", newline="") as f:
+                    f.write(line)
+            except OSError as e:
+                raise write_failure(e, "the log", self.path) from e
         if self.writer is not None:
             for key, value in metrics.items():
                 self.writer.add_scalar(key, value, step)
@@ -91,12 +95,38 @@ class Logger:
             self.writer.close()
 
     def _rewrite(self) -> None:
-        """Write the whole file anew (atomically: a kill mid-write keeps the old history)."""
-        text = io.StringIO(newline="")
-        writer = csv.DictWriter(text, self.fields)
-        writer.writeheader()
-        writer.writerows(self.rows)
-        atomic_write_text(self.path, text.getvalue())
+        """Write the header and the rows' lines anew (atomically: a kill mid-write keeps the old history)."""
+        atomic_write_text(self.path, _csv_line(self.fields) + "".join(self.lines), what="the log")
+
+
+def _csv_line(cells: list[Any]) -> str:
+    """One CSV line as ``csv.writer`` writes it (with its ``\\r\\n`` ending)."""
+    text = io.StringIO(newline="")
+    csv.writer(text).writerow(cells)
+    return text.getvalue()
+
+
+def _kept_history(path: str, resume_step: int) -> tuple[list[str], list[str], float, bool]:
+    """(header fields, lines of the rows at steps <= ``resume_step`` as written, the ``time`` of
+    the last of them, whether the file holds exactly these) for the log at ``path``.
+
+    A last line without its line ending (a write cut short by a full disk) is dropped too.
+    """
+    if not os.path.exists(path):
+        return ["step", "time"], [], 0.0, False
+    with open(path, newline="") as f:
+        text = f.read()
+    lines = [line for line in io.StringIO(text, newline="") if line.endswith("\n")]
+    if not lines:
+        return ["step", "time"], [], 0.0, False
+    fields = next(csv.reader(lines[:1]))
+    step_at, time_at = fields.index("step"), fields.index("time")
+    kept, last_time = [], 0.0
+    for line, cells in zip(lines[1:], csv.reader(lines[1:])):
+        if float(cells[step_at]) <= resume_step:
+            kept.append(line)
+            last_time = float(cells[time_at])
+    return fields, kept, last_time, "".join([lines[0], *kept]) == text
 
 
 def read_csv(path: str) -> list[dict[str, Any]]:

@@ -334,7 +334,7 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
         max_steps = min(max_steps or 10**12, int(math.ceil(t.max_epochs * epoch_steps)))
     check(bool(max_steps or t.max_time_s), "train.max_steps",
           "set train.max_steps, train.max_epochs or train.max_time_s")
-    trainer = Trainer(model, cfg.optim, max_steps or math.inf, run_dir, cfg)
+    trainer = Trainer(model, cfg.optim, max_steps or math.inf, run_dir, cfg, cfg.run.keep_checkpoints)
 
     higher = t.select_metric in ("token_acc", "seq_acc")
     sign = -1.0 if higher else 1.0  # best_score is kept as "lower is better"

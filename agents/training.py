@@ -17,7 +17,7 @@ import torch
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from torch import Tensor, nn
 
-from agents.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agents.checkpoint import load_latest_good, save_checkpoint, write_failure
 from agents.config import save_yaml, to_dict
 from agents.errors import ConfigError, UserError
 from fastnet.feature_maps import redraw_random_features
@@ -26,7 +26,8 @@ from fastnet.feature_maps import redraw_random_features
 # clip and guard of the update. Any other difference from the checkpoint's config (the core and
 # its sizes, the env, the lr, the seed, ...) is refused (agents.checkpoint.check_same_run). A
 # section name covers all of its keys.
-RESUMABLE = ("run.total_steps", "run.device", "run.run_dir", "run.num_threads", "run.resume", "actor.num_actors",
+RESUMABLE = ("run.total_steps", "run.device", "run.run_dir", "run.num_threads", "run.resume", "run.keep_checkpoints",
+             "actor.num_actors",
              "actor.start_method", "log", "checkpoint", "optim.grad_clip", "optim.max_nonfinite_steps",
              "train.max_steps", "train.max_epochs", "train.max_time_s", "train.eval_every", "train.eval_batch_size",
              "train.patience", "train.min_delta", "train.target_loss", "train.checkpoint_every")
@@ -46,6 +47,8 @@ class RunConfig:
     """torch threads of the training process (0: torch's default)."""
     resume: bool = True
     """Resume from the run directory's checkpoint when it has one (false: start afresh there)."""
+    keep_checkpoints: PositiveInt = 2
+    """Checkpoints kept besides milestones (the latest and those before it, for a resume to fall back on)."""
 
 
 @dataclass
@@ -120,8 +123,9 @@ class Trainer:
     checkpoint written under other settings than those in :data:`RESUMABLE`.
     """
 
-    def __init__(self, model: nn.Module, optim: OptimConfig, total_updates: float, run_dir: str, config: Any):
-        self.model, self.cfg, self.run_dir, self.config = model, optim, run_dir, config
+    def __init__(self, model: nn.Module, optim: OptimConfig, total_updates: float, run_dir: str, config: Any,
+                 keep: int = 2):
+        self.model, self.cfg, self.run_dir, self.config, self.keep = model, optim, run_dir, config, keep
         self.optimizer, self.scheduler = build_optimizer(model.parameters(), optim, total_updates)
         self.nonfinite_in_a_row = 0
         self.saved_step: int | None = None
@@ -129,16 +133,20 @@ class Trainer:
     def resume(self, device: torch.device, resume: bool = True) -> dict[str, Any] | None:
         """Load the newest checkpoint of ``run_dir`` into the model, optimiser and schedule and
         return its payload (None if there is none, or ``resume`` is false); then save config.yaml."""
-        path = latest_checkpoint(self.run_dir) if resume else None
-        payload = None
-        if path is not None:
-            payload = load_checkpoint(path, self.model, self.optimizer, self.scheduler, map_location=device,
-                                      config=self.config, may_change=RESUMABLE)
+        found = None
+        if resume:
+            found = load_latest_good(self.run_dir, self.model, self.optimizer, self.scheduler, map_location=device,
+                                     config=self.config, may_change=RESUMABLE)
+        if found is not None:
+            path, payload = found
             self.saved_step = int(payload["counters"]["step"])
             print(f"resuming from {path} at step {self.saved_step:,}", flush=True)
-        os.makedirs(self.run_dir, exist_ok=True)
+        try:
+            os.makedirs(self.run_dir, exist_ok=True)
+        except OSError as e:
+            raise write_failure(e, "the run directory", self.run_dir) from None
         save_yaml(self.config, os.path.join(self.run_dir, "config.yaml"))
-        return payload
+        return found[1] if found else None
 
     def update(self, loss_fn: Callable[[], tuple[Tensor, dict[str, Tensor]]]) -> dict[str, float]:
         """One update: redraw FAVOR+ features, ``loss, terms = loss_fn()``, backward, clip, step.
@@ -173,5 +181,5 @@ class Trainer:
     def save(self, counters: dict[str, int], milestone: bool = False, **extra: Any) -> None:
         """Checkpoint the model, optimiser, schedule, ``counters`` and config (atomically)."""
         save_checkpoint(self.run_dir, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
-                        counters=counters, config=to_dict(self.config), milestone=milestone, **extra)
+                        counters=counters, config=to_dict(self.config), milestone=milestone, keep=self.keep, **extra)
         self.saved_step = int(counters["step"])

@@ -27,3 +27,43 @@ def test_recent_mean():
     assert math.isnan(m.mean())
     m.extend([1.0, 2.0, 4.0])
     assert m.mean() == 3.0 and len(m) == 2
+
+
+def _lines(path):
+    with open(path, "rb") as f:
+        return f.read().splitlines(keepends=True)
+
+
+def test_resume_keeps_the_history_byte_identical(tmp_path):
+    """Rows up to the resume step keep their text (ints, empty cells), also when the header grows."""
+    log = Logger(str(tmp_path), tensorboard=False)
+    for step in (2560, 5120, 7680, 10240):
+        log.log(step, {"loss": 0.5 / step, **({"mean_return": 3.0} if step in (5120, 10240) else {})})
+    log.close()
+    before = _lines(tmp_path / "logs.csv")
+    assert before[0] == b"step,time,loss,mean_return\r\n"
+    assert before[1].startswith(b"2560,") and before[1].count(b",") == 2  # written before mean_return appeared
+    assert before[3].startswith(b"7680,") and before[3].endswith(b",\r\n")  # mean_return missing: an empty cell
+
+    log = Logger(str(tmp_path), resume_step=5120, tensorboard=False)
+    assert _lines(tmp_path / "logs.csv") == before[:3]  # the rows past 5120 are dropped, the rest untouched
+    log.log(7680, {"loss": 1.0, "mean_return": 4.0, "grad_norm": 2.0})  # a new key: the header grows
+    after = _lines(tmp_path / "logs.csv")
+    assert after[0] == b"step,time,loss,mean_return,grad_norm\r\n" and after[1:3] == before[1:3]
+    assert after[3].startswith(b"7680,")
+    rows = read_csv(str(tmp_path / "logs.csv"))
+    assert [r["step"] for r in rows] == [2560, 5120, 7680] and math.isnan(rows[0]["grad_norm"])
+    assert rows[2]["time"] >= rows[1]["time"]
+
+
+def test_non_finite_values_are_written_as_text_and_a_torn_last_line_is_dropped(tmp_path):
+    log = Logger(str(tmp_path), tensorboard=False)
+    log.log(1, {"loss": math.nan, "grad_norm": math.inf})
+    log.log(2, {"loss": 1.0, "grad_norm": 1.0})
+    with open(tmp_path / "logs.csv", "a") as f:
+        f.write("3,0.1,2.0")  # a write cut short (disk full, kill -9)
+    lines = _lines(tmp_path / "logs.csv")
+    assert lines[1].endswith(b",nan,inf\r\n")
+    Logger(str(tmp_path), resume_step=3, tensorboard=False).log(3, {"loss": 0.5, "grad_norm": 1.0})
+    after = _lines(tmp_path / "logs.csv")
+    assert after[:3] == lines[:3] and after[3].startswith(b"3,") and len(after) == 4

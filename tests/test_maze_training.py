@@ -19,7 +19,7 @@ import torch
 import fastnet
 from agents.actor import ActorError
 from agents.checkpoint import latest_checkpoint, load_checkpoint
-from agents.errors import ConfigError
+from agents.errors import ConfigMismatchError
 from agents.learner import TrainConfig, train
 from agents.logger import read_csv
 from fastnet.registry import core_class
@@ -57,7 +57,7 @@ def test_every_core_trains_logs_checkpoints_and_resumes(core, tmp_path):
     assert [r["step"] for r in rows] == [160 * i for i in range(1, 13)]
     assert not math.isnan(rows[-1]["mean_return"]) and math.isfinite(rows[-1]["loss"])
     assert os.path.exists(os.path.join(run_dir, "config.yaml"))
-    with pytest.raises(ConfigError, match="run.seed 0 -> 1"):  # another run's directory
+    with pytest.raises(ConfigMismatchError, match="run.seed 0 -> 1"):  # another run's directory
         train(config(core, run_dir, "--total_steps", "2880", "--seed", "1"))
     assert multiprocessing.active_children() == []
 

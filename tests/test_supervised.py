@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agents.config import core_section, task_section
-from agents.errors import ConfigError
+from agents.errors import ConfigMismatchError
 from agents.supervised import Config, LogConfig, LoopConfig, ModelConfig, evaluate, train
 from agents.training import OptimConfig, RunConfig
 from envs.tasks import make_task
@@ -216,7 +216,7 @@ def test_resume_refuses_a_checkpoint_of_other_settings_and_keeps_the_run(tmp_pat
     other_core = dataclasses.replace(cfg, core=core_section("linear")(**TINY_CORES["linear"]))
     other_lr = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, lr=0.5))
     for changed, key in ((other_core, "core.name 'delta' -> 'linear'"), (other_lr, "optim.lr 0.001 -> 0.5")):
-        with pytest.raises(ConfigError, match=key):
+        with pytest.raises(ConfigMismatchError, match=key):
             train(changed, task=task, quiet=True)
         assert {name: (tmp_path / name).read_bytes() for name in files} == files
     longer = train(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, max_steps=4)), task=task, quiet=True)
