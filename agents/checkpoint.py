@@ -331,17 +331,19 @@ def load_latest_good(directory: str, model: nn.Module | None = None, optimizer: 
     found = checkpoints(directory)
     if not found:
         return None
-    skipped = []
+    skipped: list[tuple[str, CorruptCheckpointError | NonFiniteStateError]] = []
     for path in found:
         try:
             payload = read_checkpoint(path, map_location)
         except (CorruptCheckpointError, NonFiniteStateError) as e:
-            skipped.append(os.path.basename(path))
-            warn(f"{e}; skipping it")
+            skipped.append((path, e))
             continue
         if config is not None and payload.get("config") is not None:
             check_same_run(payload["config"], config, may_change, path)
+        for _, error in skipped:
+            warn(f"{error}; skipping it")
         _restore(payload, model, optimizer, scheduler)
         return path, payload
-    raise NoGoodCheckpointError(f"no usable checkpoint in {directory} ({', '.join(skipped)}: see the warnings "
-                                f"above); move them away to start the run afresh, or choose another run_dir")
+    reasons = "; ".join(str(e).replace(f"checkpoint {path} ", f"{os.path.basename(path)} ") for path, e in skipped)
+    raise NoGoodCheckpointError(f"no usable checkpoint in {directory} ({reasons}); move them away to start the run "
+                                "afresh, or choose another run_dir")

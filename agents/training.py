@@ -17,9 +17,9 @@ import torch
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from torch import Tensor, nn
 
-from agents.checkpoint import load_latest_good, save_checkpoint, write_failure
+from agents.checkpoint import load_latest_good, save_checkpoint
 from agents.config import save_yaml, to_dict
-from agents.errors import ConfigError, UserError
+from agents.errors import ConfigError, UserError, WriteFailure
 from fastnet.feature_maps import redraw_random_features
 
 # Settings a resumed run may change: budgets, hardware, logging and checkpoint cadence, and the
@@ -144,7 +144,7 @@ class Trainer:
         try:
             os.makedirs(self.run_dir, exist_ok=True)
         except OSError as e:
-            raise write_failure(e, "the run directory", self.run_dir) from None
+            raise WriteFailure(f"cannot create the run directory {self.run_dir}: {e.strerror or e}") from None
         save_yaml(self.config, os.path.join(self.run_dir, "config.yaml"))
         return found[1] if found else None
 
@@ -167,16 +167,23 @@ class Trainer:
             self.optimizer.step()
             self.scheduler.step()
             self.nonfinite_in_a_row = 0
+            if not torch.stack([p.isfinite().all() for p in self.model.parameters()]).all():
+                raise NonFiniteError(f"an update with a finite gradient made the weights NaN or inf (lr {lr:.3g}, "
+                                     f"gradient norm {metrics['grad_norm']:.3g}); stopped; {self._last_good()}")
             return {**metrics, "nonfinite": 0}
         self.optimizer.zero_grad(set_to_none=True)
         self.nonfinite_in_a_row += 1
         if self.nonfinite_in_a_row >= self.cfg.max_nonfinite_steps:
-            where = (f"the last checkpoint ({self.run_dir}, step {self.saved_step:,}) is finite"
-                     if self.saved_step is not None else "no checkpoint was written")
             raise NonFiniteError(f"the loss or gradient was NaN or inf in {self.nonfinite_in_a_row} updates in a row "
-                                 f"(loss {metrics['loss']}, gradient norm {metrics['grad_norm']}); stopped; {where}. "
-                                 "Start a new run with a lower optim.lr, a gradient clip or a smaller loss scale")
+                                 f"(loss {metrics['loss']}, gradient norm {metrics['grad_norm']}); stopped; "
+                                 f"{self._last_good()}")
         return {**metrics, "nonfinite": 1}
+
+    def _last_good(self) -> str:
+        """Where the run can resume from, and what to change, for a divergence message."""
+        where = (f"the last checkpoint ({self.run_dir}, step {self.saved_step:,}) is finite and resumes"
+                 if self.saved_step is not None else "no checkpoint was written")
+        return f"{where}. Start a new run with a lower optim.lr, a larger optim.eps or a gradient clip"
 
     def save(self, counters: dict[str, int], milestone: bool = False, **extra: Any) -> None:
         """Checkpoint the model, optimiser, schedule, ``counters`` and config (atomically)."""

@@ -150,13 +150,13 @@ def expand_targets(targets: list[str], steps: list[int] | None = None) -> list[s
 
 def load_agent(path: str) -> tuple[Any, Any, dict[str, Any]]:
     """(model on the CPU, TrainConfig, counters) of a checkpoint written by agents.learner."""
-    import torch
 
     import envs
+    from agents.checkpoint import read_checkpoint
     from agents.config import options
     from agents.learner import build_model, config_from_dict
 
-    payload = torch.load(path, map_location="cpu", weights_only=False)
+    payload = read_checkpoint(path)
     cfg = config_from_dict(payload["config"], path)
     probe = envs.make(cfg.env.name, num_envs=1, seed=0, **options(cfg.env))
     model = build_model(cfg, tuple(probe.observation_shape), probe.num_actions)
@@ -166,9 +166,9 @@ def load_agent(path: str) -> tuple[Any, Any, dict[str, Any]]:
 
 
 def describe(path: str) -> dict[str, Any]:
-    import torch
+    from agents.checkpoint import read_checkpoint
 
-    payload = torch.load(path, map_location="cpu", weights_only=False)
+    payload = read_checkpoint(path)
     env, core = payload["config"]["env"], payload["config"]["core"]
     return {"checkpoint": os.path.abspath(path), "env": env["name"], "game": env.get("game", env["name"]),
             "core": core["name"], "step": int(payload["counters"]["step"])}

@@ -248,10 +248,13 @@ def test_resume_falls_back_to_the_newest_good_checkpoint(tmp_path):
     assert "checkpoint.prev1.pt holds NaN or infinite values: model.weight" in warnings[1]
 
     _damage(tmp_path / "checkpoint-1.pt", "empty")
+    warnings.clear()
     with pytest.raises(NoGoodCheckpointError) as error:
         load_latest_good(str(tmp_path), warn=warnings.append)
-    assert str(error.value).startswith(f"no usable checkpoint in {tmp_path} (checkpoint.pt, checkpoint.prev1.pt, "
-                                       "checkpoint-1.pt: see the warnings above)")
+    message = str(error.value)  # one line naming every file and why; no warnings besides it
+    assert message.startswith(f"no usable checkpoint in {tmp_path} (checkpoint.pt is truncated")
+    assert "checkpoint.prev1.pt holds NaN" in message and "checkpoint-1.pt is empty" in message
+    assert "\n" not in message and warnings == []
     assert load_latest_good(str(tmp_path / "none")) is None
 
 

@@ -1,0 +1,157 @@
+"""Failures a user can cause at run time (issue 19): each is one line on stderr, exit code 1 (a
+run that cannot go on) or 2 (bad input), no traceback, and the run directory as it was. Bad
+config input is covered by tests/test_config.py; divergence by tests/test_training.py and here."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from agents.checkpoint import checkpoints, read_checkpoint
+from launch import evaluate, maze, supervised
+
+TINY = ["--core", "lstm", "--core.hidden_size", "16", "--num_actors", "1", "--actor.envs_per_actor", "8",
+        "--learner.batch_size", "8", "--actor.unroll_length", "5", "--log.tensorboard", "false",
+        "--log.print_every_s", "100"]
+
+
+def snapshot(directory):
+    out = {}
+    for root, _, files in os.walk(directory):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as f:
+                out[os.path.relpath(os.path.join(root, name), directory)] = f.read()
+    return out
+
+
+def one_line_failure(main, argv, capsys, code=1):
+    """Run ``main(argv)``; check the exit code and that stderr is exactly one line; return it."""
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert stop.value.code == code, captured.err
+    assert len(lines) == 1 and "Traceback" not in captured.err + captured.out, captured.err
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A maze run with two checkpoints (checkpoint.pt and checkpoint.prev1.pt)."""
+    run_dir = str(tmp_path_factory.mktemp("runs") / "done")
+    maze.main([*TINY, "--total_steps", "40", "--run_dir", run_dir])
+    maze.main([*TINY, "--total_steps", "80", "--run_dir", run_dir])
+    assert [os.path.basename(p) for p in checkpoints(run_dir)][:2] == ["checkpoint.pt", "checkpoint.prev1.pt"]
+    return run_dir
+
+
+def _truncate(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data[: len(data) // 2])
+
+
+def _empty(path):
+    open(path, "wb").close()
+
+
+def _garbage(path):
+    with open(path, "wb") as f:
+        f.write(b"not a checkpoint at all")
+
+
+@pytest.mark.parametrize("damage", [_truncate, _empty, _garbage])
+def test_a_damaged_newest_checkpoint_falls_back_to_the_older_one(damage, finished_run, tmp_path, capsys):
+    run_dir = str(tmp_path / "run")
+    shutil.copytree(finished_run, run_dir)
+    damage(os.path.join(run_dir, "checkpoint.pt"))
+    summary = maze.main([*TINY, "--total_steps", "120", "--run_dir", run_dir])
+    captured = capsys.readouterr()
+    assert "checkpoint.pt" in captured.err and "skipping it" in captured.err
+    assert "resuming from" in captured.out and "checkpoint.prev1.pt at step 40" in captured.out
+    assert summary["step"] == 120
+
+
+@pytest.mark.parametrize("damage", [_truncate, _empty, _garbage])
+def test_no_usable_checkpoint_is_one_line(damage, finished_run, tmp_path, capsys):
+    run_dir = str(tmp_path / "run")
+    shutil.copytree(finished_run, run_dir)
+    for path in checkpoints(run_dir):
+        damage(path)
+    before = snapshot(run_dir)
+    line = one_line_failure(maze.main, [*TINY, "--total_steps", "120", "--run_dir", run_dir], capsys)
+    assert line.startswith("error: no usable checkpoint in") and "another run_dir" in line
+    assert snapshot(run_dir) == before
+
+
+def test_evaluate_a_corrupt_or_missing_checkpoint(finished_run, tmp_path, capsys):
+    bad = tmp_path / "bad.pt"
+    _garbage(bad)
+    line = one_line_failure(evaluate.main, [str(bad), "--out", str(tmp_path / "eval")], capsys)
+    assert line.startswith(f"error: checkpoint {bad} is truncated or corrupt")
+    line = one_line_failure(evaluate.main, [str(tmp_path / "nowhere"), "--out", str(tmp_path / "eval")], capsys)
+    assert line == f"error: no such checkpoint or run directory: {tmp_path / 'nowhere'}"
+    assert not os.path.exists(tmp_path / "eval")
+
+
+def test_run_dir_that_is_a_file(tmp_path, capsys):
+    blocker = tmp_path / "run"
+    blocker.write_text("a file, not a directory")
+    line = one_line_failure(maze.main, [*TINY, "--total_steps", "40", "--run_dir", str(blocker)], capsys)
+    assert line == f"error: cannot create the run directory {blocker}: File exists"
+    line = one_line_failure(supervised.main, ["--task", "retrieval2", "--task.num_keys", "4", "--train.max_steps", "2",
+                                              "--run_dir", str(blocker / "sub")], capsys)
+    assert line == f"error: cannot create the run directory {blocker / 'sub'}: Not a directory"
+    assert blocker.read_text() == "a file, not a directory"
+
+
+def test_read_only_run_dir(tmp_path, capsys):
+    """A read-only file system (a tmpfs mounted ro, as root), or a directory without write
+    permission for everyone else."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    mounted = os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)],
+                                                    capture_output=True).returncode == 0
+    if not mounted:
+        if os.geteuid() == 0:
+            pytest.skip("cannot mount a read-only tmpfs here")
+        ro.chmod(0o555)
+    try:
+        line = one_line_failure(maze.main, [*TINY, "--total_steps", "40", "--run_dir", str(ro / "run")], capsys)
+        assert "cannot create the run directory" in line and ("Read-only" in line or "Permission" in line), line
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(ro)], check=True)
+
+
+@pytest.mark.parametrize("flags", [["--loss.entropy_cost", "1e39"]], ids=["entropy_overflow"])
+def test_divergence_stops_with_a_finite_checkpoint_that_resumes(flags, tmp_path, capsys):
+    """An entropy cost that overflows float32 makes every loss -inf: the updates are skipped, the
+    run stops after optim.max_nonfinite_steps with one line, the checkpoint is finite, and the
+    same command resumes from it (and stops again, for the same reason)."""
+    run_dir = str(tmp_path / "run")
+    argv = [*TINY, "--total_steps", "100000", "--checkpoint.interval_minutes", "1e-9", "--run_dir", run_dir, *flags]
+    line = one_line_failure(maze.main, argv, capsys)
+    assert "NaN or inf in 10 updates in a row" in line and "is finite and resumes" in line
+    payload = read_checkpoint(os.path.join(run_dir, "checkpoint.pt"))
+    assert all(torch.isfinite(v).all() for v in payload["model"].values())
+    step = payload["counters"]["step"]
+    with pytest.raises(SystemExit) as stop:
+        maze.main(argv)
+    captured = capsys.readouterr()
+    assert stop.value.code == 1 and f"resuming from {run_dir}/checkpoint.pt at step {step:,}" in captured.out
+    assert "NaN or inf in 10 updates in a row" in captured.err
+
+
+def test_weights_that_turn_nan_stop_the_run_before_they_are_saved(tmp_path, capsys):
+    """RMSProp with eps 0 and lr 1 turns the weights NaN in the first update."""
+    run_dir = str(tmp_path / "run")
+    argv = [*TINY, "--total_steps", "100000", "--optim.eps", "0", "--optim.lr", "1", "--optim.grad_clip", "0",
+            "--run_dir", run_dir]
+    line = one_line_failure(maze.main, argv, capsys)
+    assert "made the weights NaN or inf" in line and "no checkpoint was written" in line
+    assert checkpoints(run_dir) == []
