@@ -74,19 +74,33 @@ def test_a_killed_actor_is_named_with_its_signal_and_what_to_do():
     assert multiprocessing.active_children() == []
 
 
-def _shm_names(pids: list[int]) -> set[str]:
-    """The /dev/shm names that the processes ``pids`` have open or mapped and that still exist."""
-    names = set()
+def _shm_inodes(pids: set[int]) -> set[int]:
+    """The inode numbers of the /dev/shm files, named or already unlinked, that the processes
+    ``pids`` have mapped or open (a named semaphore is mapped under the temporary name it was
+    created with, and linked to its ``sem.mp-*`` name after)."""
+    inodes = set()
     for pid in pids:
         try:
             with open(f"/proc/{pid}/maps") as f:
-                paths = {line.split(maxsplit=5)[-1].strip() for line in f if "/dev/shm/" in line}
-            fds = os.listdir(f"/proc/{pid}/fd")
-            paths |= {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in fds}
-        except OSError:  # the process ended meanwhile
+                inodes |= {int(line.split()[4]) for line in f if " /dev/shm/" in line}
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/dev/shm/"):
+                    inodes.add(os.stat(f"/proc/{pid}/fd/{fd}").st_ino)
+        except OSError:  # the process or descriptor is gone meanwhile
             continue
-        names |= {p for p in paths if p.startswith("/dev/shm/") and not p.endswith(" (deleted)")}
-    return names
+    return inodes
+
+
+def _shm_files(inodes: set[int]) -> list[str]:
+    """The names in /dev/shm of the files with these inode numbers."""
+    found = []
+    for entry in os.scandir("/dev/shm"):
+        try:
+            if entry.inode() in inodes:
+                found.append(entry.name)
+        except OSError:
+            continue
+    return found
 
 
 def _wait_for(condition, timeout: float = 120) -> None:
@@ -99,21 +113,20 @@ def _wait_for(condition, timeout: float = 120) -> None:
 @pytest.mark.parametrize("moment", ["starting", "training"])
 @pytest.mark.parametrize("start_method", START_METHODS)
 def test_kill_9_of_the_group_leaves_nothing_in_dev_shm(start_method, moment, tmp_path):
-    """While it runs, nothing the run holds in /dev/shm has a name (so nothing can outlive it);
-    after kill -9 of the whole group (the resource tracker and forkserver included), and after
-    resuming, nothing of it is left."""
+    """After kill -9 of the whole group (the resource tracker and forkserver included), no file
+    that the run had mapped or open is left in /dev/shm; the same command then resumes, and the
+    log up to the resume point is unchanged."""
     run_dir = str(tmp_path / "run")
     argv = [sys.executable, MAZE, "--core", "lstm", "--run_dir", run_dir, "--total_steps", "10000000",
             "--set", f"core_options={tiny_options('lstm')}", "--set", f"actor.start_method={start_method}",
             "--set", "checkpoint.milestones=[320]", *SMALL]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     csv_path = os.path.join(run_dir, "logs.csv")
-    seen, pids = set(), set()
+    inodes = set()
 
     def reached() -> bool:
         members = _group_members(proc.pid)
-        seen.update(_shm_names(members))
-        pids.update(members)
+        inodes.update(_shm_inodes(members))
         if moment == "starting":
             return len(members) >= 3  # the learner and its 2 actors at least
         return os.path.exists(csv_path) and len(read_csv(csv_path)) >= 3
@@ -124,8 +137,8 @@ def test_kill_9_of_the_group_leaves_nothing_in_dev_shm(start_method, moment, tmp
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     _wait_for(lambda: _group_members(proc.pid) == [], timeout=15)
-    assert seen == set()  # nothing it held had a name, so nothing can outlive it
-    assert [n for n in os.listdir("/dev/shm") if any(n.startswith(f"torch_{pid}_") for pid in pids)] == []
+    assert inodes  # the shared tensors at least (their names are gone)
+    assert _shm_files(inodes) == []
     if moment == "training":  # the same command resumes; the log up to the resume point is unchanged
         with open(csv_path, "rb") as f:
             log_before = f.read().splitlines(keepends=True)
