@@ -20,7 +20,8 @@ Nothing the pool creates has a name in /dev/shm, so nothing outlives a run kille
 ``multiprocessing`` Queue or Event is made of named POSIX semaphores, ``/dev/shm/sem.mp-*``,
 which under spawn and forkserver only the resource tracker, killed with the group, would
 remove), and shared tensors are passed as file descriptors (torch's ``file_descriptor`` sharing
-strategy unlinks each ``/dev/shm/torch_*`` file as soon as it has opened it).
+strategy, the default on Linux, unlinks each ``/dev/shm/torch_*`` file as soon as it has
+opened it).
 """
 from __future__ import annotations
 
@@ -43,8 +44,6 @@ from torch import Tensor, nn
 
 from agents.errors import ActorError
 from fastnet.state import State
-
-__all__ = ["ActorError", "ActorPool", "IndexQueue", "PipeFlag", "actor_loop", "create_buffers"]
 
 
 def _readable(fd: int, timeout: float) -> bool:
@@ -259,7 +258,7 @@ class ActorPool:
                 raise ActorError(f"actor {i} crashed: {error} (its traceback is above); fix the cause and run "
                                  f"the same command again to resume from the last checkpoint", details)
             if exitcode is not None:
-                raise ActorError(f"actor {i} {_death(p.exitcode)}; run the same command again to resume "
+                raise ActorError(f"actor {i} {_death(exitcode)}; run the same command again to resume "
                                  f"from the last checkpoint")
 
     def close(self) -> None:
@@ -283,8 +282,11 @@ class ActorPool:
 def _death(exitcode: int) -> str:
     """How an actor process ended, from its exit code (negative: the signal that killed it)."""
     if exitcode >= 0:
-        return f"exited with code {exitcode} without an error message"
-    name = signal.Signals(-exitcode).name
+        return f"exited with code {exitcode} (its output above may say why)"
+    try:
+        name = signal.Signals(-exitcode).name
+    except ValueError:  # a signal number that has no name
+        name = f"signal {-exitcode}"
     hint = " (by the kernel's out-of-memory killer? see `dmesg`; if so, use fewer actors or envs)" \
         if -exitcode == signal.SIGKILL else ""
     return f"was killed by {name}{hint}"

@@ -74,6 +74,14 @@ def test_a_killed_actor_is_named_with_its_signal_and_what_to_do():
     assert multiprocessing.active_children() == []
 
 
+def test_an_actor_that_exits_is_named_with_its_exit_code(monkeypatch):
+    pool = _pool("fork")
+    monkeypatch.setattr(envs, "make", lambda *args, **kwargs: os._exit(3))  # the actors forked next inherit it
+    with pool, pytest.raises(ActorError, match=r"^actor \d exited with code 3 \(its output above "
+                                                                r"may say why\); run the same command again"):
+        pool.get_batch()
+
+
 def _shm_inodes(pids: set[int]) -> set[int]:
     """The inode numbers of the /dev/shm files, named or already unlinked, that the processes
     ``pids`` have mapped or open (a named semaphore is mapped under the temporary name it was
