@@ -14,14 +14,27 @@ network's "previous action" input) and ``logits`` (the behaviour logits that cho
 
 Actors read their weights from ``model``, a shared-memory copy that the learner overwrites
 after each update, so the learner never waits for them.
+
+Nothing the pool creates has a name in /dev/shm, so nothing outlives a run killed with
+``kill -9``, whatever the start method: the queues and the stop flag are anonymous pipes (a
+``multiprocessing`` Queue or Event is made of named POSIX semaphores, ``/dev/shm/sem.mp-*``,
+which under spawn and forkserver only the resource tracker, killed with the group, would
+remove), and shared tensors are passed as file descriptors (torch's ``file_descriptor`` sharing
+strategy, the default on Linux, unlinks each ``/dev/shm/torch_*`` file as soon as it has
+opened it).
 """
 from __future__ import annotations
 
 import os
 import queue
+import select
 import signal
+import struct
+import sys
 import time
 import traceback
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import DupFd
 from typing import Any, Callable
 
 import numpy as np
@@ -29,11 +42,70 @@ import torch
 import torch.multiprocessing as mp
 from torch import Tensor, nn
 
+from agents.errors import ActorError
 from fastnet.state import State
 
 
-class ActorError(RuntimeError):
-    """An actor process crashed or died; the message holds its traceback or exit code."""
+def _readable(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` has data to read (or is at end of file) within ``timeout`` seconds."""
+    return bool(select.select([fd], [], [], max(timeout, 0.0))[0])
+
+
+class IndexQueue:
+    """A queue of buffer indices between processes on an anonymous pipe.
+
+    Each index is one 4-byte write, which the kernel keeps whole (it is below PIPE_BUF), so any
+    number of processes may put and get; the reading end is non-blocking, so a getter that loses
+    the race for an index waits again. A pipe needs no lock and nothing in /dev/shm.
+    """
+
+    _ITEM = struct.Struct("i")
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)  # shared by every process holding the pipe
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # DupFd hands the descriptors to a spawned or forkserver child (forked ones inherit them)
+        return _rebuild, (type(self), DupFd(self.read_fd), DupFd(self.write_fd))
+
+    def put(self, index: int) -> None:
+        os.write(self.write_fd, self._ITEM.pack(index))
+
+    def get(self, timeout: float) -> int:
+        """The next index; raises ``queue.Empty`` if none comes within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self._ITEM.unpack(os.read(self.read_fd, self._ITEM.size))[0]
+            except BlockingIOError:
+                if not _readable(self.read_fd, deadline - time.monotonic()):
+                    raise queue.Empty from None
+
+    def empty(self) -> bool:
+        return not _readable(self.read_fd, 0.0)
+
+    def close(self) -> None:
+        os.close(self.read_fd)
+        os.close(self.write_fd)
+
+
+class PipeFlag(IndexQueue):
+    """A flag that any process can set once and all can test (as an Event), on a pipe: set
+    writes a byte that nobody reads, so the reading end stays readable."""
+
+    def set(self) -> None:
+        os.write(self.write_fd, b"1")
+
+    def is_set(self) -> bool:
+        return not self.empty()
+
+
+def _rebuild(cls: type[IndexQueue], read_fd: Any, write_fd: Any) -> IndexQueue:
+    """Unpickle an :class:`IndexQueue` or :class:`PipeFlag` in a child process."""
+    obj = cls.__new__(cls)
+    obj.read_fd, obj.write_fd = read_fd.detach(), write_fd.detach()
+    return obj
 
 
 def create_buffers(num_buffers: int, unroll_length: int, num_envs: int, observation_shape: tuple[int, ...],
@@ -54,17 +126,17 @@ def create_buffers(num_buffers: int, unroll_length: int, num_envs: int, observat
 
 
 def actor_loop(index: int, env_name: str, env_options: dict[str, Any], num_envs: int, seed: int,
-               model: nn.Module, buffers: dict[str, Tensor], free_queue: Any, full_queue: Any,
-               error_queue: Any, stop: Any) -> None:
+               model: nn.Module, buffers: dict[str, Tensor], free_queue: IndexQueue, full_queue: IndexQueue,
+               errors: Connection, stop: PipeFlag) -> None:
     """Process body: fill free buffers with unrolls until ``stop`` is set or the learner dies.
 
     SIGINT and SIGTERM are ignored: Ctrl-C, or a scheduler's SIGTERM to the whole process group,
     reaches the learner too, which checkpoints and stops the actors itself. If the learner is
-    killed outright, the actor notices its parent is gone within one unroll and exits.
+    killed outright, the actor notices its parent is gone within one unroll and exits. If the
+    actor fails, it prints its traceback and sends it on ``errors`` to the learner.
     """
     for stop_signal in (signal.SIGINT, signal.SIGTERM):
         signal.signal(stop_signal, signal.SIG_IGN)
-    full_queue.cancel_join_thread()  # never block at exit on a learner that is gone
     parent = os.getppid()
     try:
         import envs
@@ -106,8 +178,10 @@ def actor_loop(index: int, env_name: str, env_options: dict[str, Any], num_envs:
             full_queue.put(i)
         env.close()
     except Exception:
-        error_queue.put((index, traceback.format_exc()))
-        raise SystemExit(1)
+        details = traceback.format_exc()
+        print(f"actor {index} crashed:\n{details}", file=sys.stderr, flush=True)
+        errors.send(details)
+        raise SystemExit(1) from None
 
 
 class ActorPool:
@@ -125,15 +199,15 @@ class ActorPool:
         num_buffers = 2 * num_actors + unrolls_per_batch
         self.buffers = create_buffers(num_buffers, unroll_length, envs_per_actor, observation_shape,
                                       observation_dtype, model.num_actions, model.initial_state(envs_per_actor))
-        self.free_queue, self.full_queue, self.error_queue = ctx.Queue(), ctx.Queue(), ctx.Queue()
-        self.stop_event = ctx.Event()
+        self.free_queue, self.full_queue, self.stop_event = IndexQueue(), IndexQueue(), PipeFlag()
         for i in range(num_buffers):
             self.free_queue.put(i)
         self.unrolls_per_batch = unrolls_per_batch
+        self.errors = [ctx.Pipe(duplex=False) for _ in range(num_actors)]  # (learner's end, actor's end)
         self.processes = [
             ctx.Process(target=actor_loop, name=f"actor-{i}", daemon=True,
                         args=(i, env_name, env_options, envs_per_actor, seeds[i], model, self.buffers,
-                              self.free_queue, self.full_queue, self.error_queue, self.stop_event))
+                              self.free_queue, self.full_queue, self.errors[i][1], self.stop_event))
             for i in range(num_actors)
         ]
 
@@ -171,14 +245,18 @@ class ActorPool:
         return batch
 
     def check(self) -> None:
-        """Raise :class:`ActorError` with the traceback of any actor that crashed or died."""
-        for i, p in enumerate(self.processes):
-            if p.exitcode is not None:
-                try:
-                    index, tb = self.error_queue.get(timeout=1.0)
-                    raise ActorError(f"actor {index} crashed:\n{tb}")
-                except queue.Empty:
-                    raise ActorError(f"actor {i} died with exit code {p.exitcode}") from None
+        """Raise :class:`ActorError` if an actor crashed (its error, the traceback in ``details``)
+        or died (its exit code or signal), saying what to do."""
+        for i, (p, (errors, _)) in enumerate(zip(self.processes, self.errors)):
+            exitcode = p.exitcode  # first: an actor that crashed has sent its error before it exited
+            if errors.poll():  # read as it comes: a long traceback must not block the actor's send
+                details = errors.recv()
+                error = details.rstrip().splitlines()[-1]
+                raise ActorError(f"actor {i} crashed: {error} (its traceback is above); fix the cause and run "
+                                 f"the same command again to resume from the last checkpoint", details)
+            if exitcode is not None:
+                raise ActorError(f"actor {i} {_death(exitcode)}; run the same command again to resume "
+                                 f"from the last checkpoint")
 
     def close(self) -> None:
         """Stop every actor: ask them, wait a little, then terminate and reap the rest."""
@@ -191,6 +269,21 @@ class ActorPool:
             if p.is_alive():
                 p.kill()  # SIGKILL: actors ignore SIGINT and SIGTERM
                 p.join()
-        for q in (self.free_queue, self.full_queue, self.error_queue):
-            q.cancel_join_thread()
+        for q in (self.free_queue, self.full_queue, self.stop_event):
             q.close()
+        for ends in self.errors:
+            for end in ends:
+                end.close()
+
+
+def _death(exitcode: int) -> str:
+    """How an actor process ended, from its exit code (negative: the signal that killed it)."""
+    if exitcode >= 0:
+        return f"exited with code {exitcode} (its output above may say why)"
+    try:
+        name = signal.Signals(-exitcode).name
+    except ValueError:  # a signal number that has no name
+        name = f"signal {-exitcode}"
+    hint = " (by the kernel's out-of-memory killer? see `dmesg`; if so, use fewer actors or envs)" \
+        if -exitcode == signal.SIGKILL else ""
+    return f"was killed by {name}{hint}"

@@ -33,6 +33,7 @@ from agents.errors import (
     CorruptCheckpointError,
     NoGoodCheckpointError,
     NonFiniteStateError,
+    UsageError,
     WriteFailure,
 )
 
@@ -170,10 +171,11 @@ def save_checkpoint(directory: str, *, model: nn.Module, optimizer: torch.optim.
     ``counters`` holds the step counters (at least ``step``); ``config`` the resolved config as
     a dict; ``extra`` anything else picklable. Returns the path of the latest checkpoint.
     Raises :class:`NonFiniteStateError` if a tensor of the state holds NaN or infinite values
-    and :class:`WriteFailure` if the file cannot be written; either way nothing changes on disk.
+    and :class:`WriteFailure` if the file cannot be written; either way ``checkpoint.pt`` stays
+    as it was.
     """
     if keep < 1:
-        raise ValueError(f"keep must be at least 1 (the latest checkpoint), got {keep}")
+        raise UsageError(f"checkpoints to keep must be at least 1 (the latest), got {keep}")
     payload = {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict() if optimizer is not None else None,

@@ -72,11 +72,7 @@ class Logger:
         if new:
             self._rewrite()
         else:
-            try:
-                with open(self.path, "a", newline="") as f:
-                    f.write(line)
-            except OSError as e:
-                raise write_failure(e, "the log", self.path) from e
+            self._append(line)
         if self.writer is not None:
             for key, value in metrics.items():
                 self.writer.add_scalar(key, value, step)
@@ -93,6 +89,18 @@ class Logger:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+    def _append(self, line: str) -> None:
+        """Append ``line`` to the CSV; if that fails (disk full), cut off what part of it was written."""
+        with open(self.path, "ab", buffering=0) as f:
+            end = f.tell()
+            data = memoryview(line.encode("utf-8"))
+            try:
+                while data:
+                    data = data[f.write(data):]
+            except OSError as e:
+                f.truncate(end)
+                raise write_failure(e, "the log", self.path) from e
 
     def _rewrite(self) -> None:
         """Write the header and the rows' lines anew (atomically: a kill mid-write keeps the old history)."""

@@ -216,7 +216,8 @@ def test_end_to_end_train_resume_evaluate(core, tmp_path):
               "--actor.unroll_length", "10", "--run_dir", run_dir, "--device", "cpu", "--log.tensorboard", "false",
               "--env.max_episode_frames", "160", "--checkpoint.milestones", "[60]"]
     _run(common + ["--total_steps", "100"])
-    assert sorted(f for f in os.listdir(run_dir) if f.endswith(".pt")) == ["checkpoint-60.pt", "checkpoint.pt"]
+    assert sorted(f for f in os.listdir(run_dir) if f.endswith(".pt")) == ["checkpoint-60.pt", "checkpoint.prev1.pt",
+                                                                           "checkpoint.pt"]
     assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=False)["counters"]["step"] == 100
     out = _run(common + ["--total_steps", "120"])
     assert "resuming from" in out and "at step 100" in out

@@ -78,18 +78,6 @@ def test_disk_full_is_one_line_and_keeps_previous(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["checkpoint.pt"]
 
 
-@pytest.fixture
-def tiny_tmpfs(tmp_path):
-    """A 200 KiB tmpfs (needs root; skipped where mount fails)."""
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(mount)],
-                      capture_output=True, check=False).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here")
-    yield mount
-    subprocess.run(["umount", str(mount)], check=True)
-
-
 def test_a_real_full_disk_is_one_line_and_keeps_previous(tiny_tmpfs):
     small = torch.nn.Linear(3, 2)
     save_checkpoint(str(tiny_tmpfs), model=small, optimizer=None, scheduler=None, counters={"step": 1}, config={})

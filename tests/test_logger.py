@@ -4,6 +4,9 @@ from __future__ import annotations
 import io
 import math
 
+import pytest
+
+from agents.errors import WriteFailure
 from agents.logger import Logger, RecentMean, read_csv
 
 
@@ -67,3 +70,17 @@ def test_non_finite_values_are_written_as_text_and_a_torn_last_line_is_dropped(t
     Logger(str(tmp_path), resume_step=3, tensorboard=False).log(3, {"loss": 0.5, "grad_norm": 1.0})
     after = _lines(tmp_path / "logs.csv")
     assert after[:3] == lines[:3] and after[3].startswith(b"3,") and len(after) == 4
+
+
+def test_a_full_disk_is_one_line_and_leaves_the_log_as_it_was(tiny_tmpfs):
+    log = Logger(str(tiny_tmpfs), tensorboard=False)
+    metrics = {f"metric_{i}": 0.123456789 for i in range(400)}  # a row of ~6 KB: more than a page
+    log.log(1, metrics)
+    with open(tiny_tmpfs / "filler", "wb", buffering=0) as f, pytest.raises(OSError, match="No space left"):
+        while True:
+            f.write(b"x" * 4096)
+    before = (tiny_tmpfs / "logs.csv").read_bytes()
+    with pytest.raises(WriteFailure, match=r"^cannot write the log to .*tiny: no space left on device "
+                                           r"\(the previous log is intact\); free some space"):
+        log.log(2, metrics)
+    assert (tiny_tmpfs / "logs.csv").read_bytes() == before

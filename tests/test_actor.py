@@ -1,0 +1,161 @@
+"""The actor pool: pipe queues that leave nothing in /dev/shm, even after kill -9 of the whole
+process group under every start method; a dead actor's message names it, its signal and what to do."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import envs
+from agents.actor import ActorError, ActorPool, IndexQueue, PipeFlag
+from agents.checkpoint import load_latest_good
+from agents.logger import read_csv
+from agents.network import AgentNet
+from tests.test_maze_training import MAZE, SMALL, _group_members, tiny_options
+
+pytest.importorskip("envs.maze")
+
+START_METHODS = ["fork", "spawn", "forkserver"]
+
+
+def _put_all(q: IndexQueue, values: list[int], flag: PipeFlag) -> None:
+    for v in values:
+        q.put(v)
+    flag.set()
+
+
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_pipe_queue_and_flag_cross_processes(start_method):
+    q, flag = IndexQueue(), PipeFlag()
+    assert q.empty() and not flag.is_set()
+    with pytest.raises(queue.Empty):
+        q.get(timeout=0.05)
+    ctx = multiprocessing.get_context(start_method)
+    writers = [ctx.Process(target=_put_all, args=(q, list(range(100 * i, 100 * i + 100)), flag)) for i in range(3)]
+    for p in writers:
+        p.start()
+    got = sorted(q.get(timeout=30) for _ in range(300))
+    for p in writers:
+        p.join()
+    assert got == list(range(300)) and q.empty() and flag.is_set() and flag.is_set()  # testing keeps it set
+    q.close()
+    flag.close()
+
+
+def _pool(start_method: str) -> ActorPool:
+    probe = envs.make("maze", num_envs=1)
+    obs_shape, obs_dtype = tuple(probe.observation_shape), torch.from_numpy(probe.reset()).dtype
+    model = AgentNet(obs_shape, probe.num_actions, "lstm", {"hidden_size": 8})
+    model.share_memory()
+    return ActorPool(model, "maze", {"episode_length": 20}, num_actors=2, envs_per_actor=4, unroll_length=5,
+                     unrolls_per_batch=1, observation_shape=obs_shape, observation_dtype=obs_dtype,
+                     seeds=[0, 1], start_method=start_method)
+
+
+def test_a_killed_actor_is_named_with_its_signal_and_what_to_do():
+    with _pool("fork") as pool:
+        assert pool.get_batch()["obs"].shape[:2] == (6, 4)  # [T+1, N, ...]
+        os.kill(pool.processes[1].pid, signal.SIGKILL)
+        pool.processes[1].join()
+        with pytest.raises(ActorError) as error:
+            while True:
+                pool.get_batch()
+    assert str(error.value).startswith("actor 1 was killed by SIGKILL (by the kernel's out-of-memory killer? "
+                                       "see `dmesg`")
+    assert str(error.value).endswith("; run the same command again to resume from the last checkpoint")
+    assert error.value.exit_code == 1
+    assert multiprocessing.active_children() == []
+
+
+def test_an_actor_that_exits_is_named_with_its_exit_code(monkeypatch):
+    pool = _pool("fork")
+    monkeypatch.setattr(envs, "make", lambda *args, **kwargs: os._exit(3))  # the actors forked next inherit it
+    with pool, pytest.raises(ActorError, match=r"^actor \d exited with code 3 \(its output above "
+                                                                r"may say why\); run the same command again"):
+        pool.get_batch()
+
+
+def _shm_inodes(pids: set[int]) -> set[int]:
+    """The inode numbers of the /dev/shm files, named or already unlinked, that the processes
+    ``pids`` have mapped or open (a named semaphore is mapped under the temporary name it was
+    created with, and linked to its ``sem.mp-*`` name after)."""
+    inodes = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                inodes |= {int(line.split()[4]) for line in f if " /dev/shm/" in line}
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/dev/shm/"):
+                    inodes.add(os.stat(f"/proc/{pid}/fd/{fd}").st_ino)
+        except OSError:  # the process or descriptor is gone meanwhile
+            continue
+    return inodes
+
+
+def _shm_files(inodes: set[int]) -> list[str]:
+    """The names in /dev/shm of the files with these inode numbers."""
+    found = []
+    for entry in os.scandir("/dev/shm"):
+        try:
+            if entry.inode() in inodes:
+                found.append(entry.name)
+        except OSError:
+            continue
+    return found
+
+
+def _wait_for(condition, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("moment", ["starting", "training"])
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_kill_9_of_the_group_leaves_nothing_in_dev_shm(start_method, moment, tmp_path):
+    """After kill -9 of the whole group (the resource tracker and forkserver included), no file
+    that the run had mapped or open is left in /dev/shm; the same command then resumes, and the
+    log up to the resume point is unchanged."""
+    run_dir = str(tmp_path / "run")
+    argv = [sys.executable, MAZE, "--core", "lstm", "--run_dir", run_dir, "--total_steps", "10000000",
+            "--set", f"core_options={tiny_options('lstm')}", "--set", f"actor.start_method={start_method}",
+            "--set", "checkpoint.milestones=[320]", *SMALL]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    csv_path = os.path.join(run_dir, "logs.csv")
+    inodes = set()
+
+    def reached() -> bool:
+        members = _group_members(proc.pid)
+        inodes.update(_shm_inodes(members))
+        if moment == "starting":
+            return len(members) >= 3  # the learner and its 2 actors at least
+        return os.path.exists(csv_path) and len(read_csv(csv_path)) >= 3
+
+    try:
+        _wait_for(reached)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    _wait_for(lambda: _group_members(proc.pid) == [], timeout=15)
+    assert inodes  # the shared tensors at least (their names are gone)
+    assert _shm_files(inodes) == []
+    if moment == "training":  # the same command resumes; the log up to the resume point is unchanged
+        with open(csv_path, "rb") as f:
+            log_before = f.read().splitlines(keepends=True)
+        resumed = load_latest_good(run_dir)[1]["counters"]["step"]  # 320, a milestone
+        argv[argv.index("10000000")] = str(resumed + 320)
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert f"at step {resumed:,}\n" in result.stdout
+        with open(csv_path, "rb") as f:
+            log_after = f.read().splitlines(keepends=True)
+        kept = 1 + sum(1 for row in read_csv(csv_path) if row["step"] <= resumed)
+        assert kept == 3 and log_after[:kept] == log_before[:kept]  # the header and the rows at 160 and 320
