@@ -18,7 +18,7 @@ from agents.actor import ActorError, ActorPool, IndexQueue, PipeFlag
 from agents.checkpoint import load_latest_good
 from agents.logger import read_csv
 from agents.network import AgentNet
-from tests.test_maze_training import MAZE, SMALL, _group_members, tiny_options
+from tests.test_maze_training import MAZE, SMALL, _group_members, tiny_flags
 
 pytest.importorskip("envs.maze")
 
@@ -126,8 +126,7 @@ def test_kill_9_of_the_group_leaves_nothing_in_dev_shm(start_method, moment, tmp
     log up to the resume point is unchanged."""
     run_dir = str(tmp_path / "run")
     argv = [sys.executable, MAZE, "--core", "lstm", "--run_dir", run_dir, "--total_steps", "10000000",
-            "--set", f"core_options={tiny_options('lstm')}", "--set", f"actor.start_method={start_method}",
-            "--set", "checkpoint.milestones=[320]", *SMALL]
+            *tiny_flags("lstm"), "--actor.start_method", start_method, "--checkpoint.milestones", "[320]", *SMALL]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     csv_path = os.path.join(run_dir, "logs.csv")
     inodes = set()
