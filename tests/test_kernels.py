@@ -81,6 +81,65 @@ def test_fused_recurrent_matches_reference(rule, dk, dv, T, bv):
     check_grads([y, WT], [yr, WTr], ins_k, ins_r, ["q", "k", "v", "beta", "W0"], gen)
 
 
+# ----------------------------------------------------------------------------- gated_delta (Gated DeltaNet)
+from fastnet.kernels.fast_weight.naive import householder_sequence  # noqa: E402
+
+
+def gated_delta_inputs(B, T, H, dk, dv, gen):
+    """L2-normalised q, k (as the core feeds them), log-decays g in [-2, 0], a W0 and resets."""
+    q = torch.nn.functional.normalize(torch.randn(B, T, H, dk, generator=gen), dim=-1)
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, dk, generator=gen), dim=-1)
+    v = torch.randn(B, T, H, dv, generator=gen)
+    beta = torch.rand(B, T, H, generator=gen)
+    g = -2 * torch.rand(B, T, H, generator=gen)
+    W0 = torch.randn(B, H, dv, dk, generator=gen) * 0.5
+    return q, k, v, beta, g, W0, make_done(B, T, gen)
+
+
+def gated_delta_reference(q, k, v, beta, g, W0, done):
+    """Batch-major wrapper of the float64 reference loop (n_h = 1)."""
+    y, W = householder_sequence(_tm(q), _tm(k).unsqueeze(3), _tm(v).unsqueeze(3), _tm(beta).unsqueeze(-1),
+                                _tm(g), done.t(), W0)
+    return _tm(y), W
+
+
+@pytest.mark.parametrize("dk,dv,T,bv", [(16, 16, 7, None), (32, 16, 11, None), (32, 32, 6, 16)])
+def test_fused_gated_delta_matches_reference(dk, dv, T, bv):
+    gen = torch.Generator().manual_seed(400 + dk + dv + T)
+    *xs, done = gated_delta_inputs(2, T, 2, dk, dv, gen)
+    ins_k = leafs(*xs)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in xs]
+    kw = {} if bv is None else {"block_v": bv}
+    q, k, v, beta, g, W0 = ins_k
+    y, WT = kernels.fused_recurrent_fast_weight(q, k, v, beta, W0, done.to(DEV), "gated_delta", g=g, **kw)
+    yr, WTr = gated_delta_reference(*ins_r, done)
+    assert rel(y, yr) < TOL and rel(WT, WTr) < TOL
+    check_grads([y, WT], [yr, WTr], ins_k, ins_r, ["q", "k", "v", "beta", "g", "W0"], gen)
+
+
+def test_fused_gated_delta_bf16():
+    gen = torch.Generator().manual_seed(41)
+    *xs, done = gated_delta_inputs(2, 9, 1, 16, 16, gen)
+    xs = [x.bfloat16() for x in xs]
+    ins_k = leafs(*xs)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in xs]
+    y, WT = kernels.gated_delta_rule(*ins_k[:5], ins_k[5], done.to(DEV))
+    assert y.dtype == torch.bfloat16 and WT.dtype == torch.bfloat16
+    yr, WTr = gated_delta_reference(*ins_r, done)
+    assert rel(y, yr) < 1e-2 and rel(WT, WTr) < 1e-2
+    check_grads([y, WT], [yr, WTr], ins_k, ins_r, ["q", "k", "v", "beta", "g", "W0"], gen, tol=2e-2)
+
+
+def test_gated_delta_without_decay_is_the_delta_kernel():
+    """g = None (no decay) gives the delta rule's values: the gated-delta kernel path against the delta one."""
+    gen = torch.Generator().manual_seed(42)
+    q, k, v, beta, _, W0, done = gated_delta_inputs(1, 8, 2, 16, 16, gen)
+    args = [x.to(DEV) for x in (q, k, v, beta)]
+    y1, W1 = kernels.gated_delta_rule(*args, None, W0.to(DEV), done.to(DEV))
+    y2, W2 = kernels.fused_recurrent_fast_weight(*args, W0.to(DEV), done.to(DEV), "delta")
+    assert rel(y1, y2) < TOL and rel(W1, W2) < TOL
+
+
 # ----------------------------------------------------------------------------- rec_delta, delta_rnn
 from fastnet.recurrent import delta_rnn_sequence, rec_delta_sequence  # noqa: E402
 
@@ -288,7 +347,7 @@ def _compile_reports(heads, tmp_path):
 
 def _check_reports(reports):
     names = {r["name"] for r in reports}
-    for kind in ("sum", "delta", "gated"):
+    for kind in ("sum", "delta", "gated", "gated_delta"):
         assert {f"fused_{kind}_fwd", f"fused_{kind}_bwd"} <= names
     assert {"rec_delta_fwd", "rec_delta_bwd", "delta_rnn_fwd", "delta_rnn_bwd"} <= names
     assert {f"chunk_delta_{p}" for p in ("prep", "fwd", "out", "bwd_prep", "bwd", "bwd_wy", "bwd_dqk")} <= names
