@@ -22,9 +22,11 @@ from fastnet.kernels import supported
 from fastnet.kernels.dispatch import use_triton
 from fastnet.kernels.recurrent_cores.naive import (delta_rnn_reference, delta_rnn_step, rec_delta_reference,
                                                    rec_delta_step)
+from fastnet.kernels.srwm.naive import srwm_reference
 from fastnet.rules import delta_rule_step, head_matvec
 
-__all__ = ["rec_delta_step", "rec_delta_sequence", "delta_rnn_step", "delta_rnn_sequence", "delta_lstm_step"]
+__all__ = ["rec_delta_step", "rec_delta_sequence", "delta_rnn_step", "delta_rnn_sequence", "delta_lstm_step",
+           "srwm_sequence"]
 
 
 def rec_delta_sequence(
@@ -77,3 +79,15 @@ def delta_lstm_step(
     o = torch.sigmoid(head_matvec(Wo, q) + head_matvec(Ro, fy))
     c = f * c_prev + (1 - f) * u
     return fast, c * o, c
+
+
+def srwm_sequence(x: Tensor, W0: Tensor, done: Tensor, D0: Tensor) -> tuple[Tensor, Tensor]:
+    """The self-referential weight matrix (Irie et al. 2022, Eqs. 5-8) over [T,B,H,d] inputs, from the
+    carried state D0 = W - W0 [B,H,3d+4,d]; returns (y [T,B,H,d], D_T). Where ``done`` is set, W resets to
+    the learned W0 [H,3d+4,d]. See :mod:`fastnet.kernels.srwm.naive`."""
+    if use_triton("srwm", x, supported(x, x.shape[-1])):
+        from fastnet.kernels import fused_recurrent_srwm
+
+        y, D = fused_recurrent_srwm(x.transpose(0, 1), W0, done.transpose(0, 1), D0)
+        return y.transpose(0, 1), D
+    return srwm_reference(x, W0, done, D0)
