@@ -20,7 +20,7 @@ MNM_AVAILABLE = importlib.util.find_spec("fastnet.mnm") is not None
 BLOCK = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "head_dim": 8, "ff_size": 16}
 TINY_CORES = {
     "ff": {}, "lstm": {"hidden_size": 16}, "linear": BLOCK, "delta": BLOCK, "rec_delta": BLOCK,
-    "delta_rnn": BLOCK, "delta_lstm": BLOCK,
+    "delta_rnn": BLOCK, "delta_lstm": BLOCK, "gated_delta": BLOCK, "delta_product": BLOCK, "srwm": BLOCK,
     "mnm_g": {"controller_size": 16, "memory_size": 8, "num_heads": 1, "memory_layers": 2, "output_size": 16},
     "mnm_p": {"controller_size": 16, "memory_size": 8, "num_heads": 1, "memory_layers": 2, "output_size": 16},
 }
