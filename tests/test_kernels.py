@@ -200,6 +200,44 @@ def test_delta_rnn_matches_reference(dk, dv, T):
     check_grads(list(outs_k), outs_r, ins_k, ins_r, names, gen)
 
 
+# ----------------------------------------------------------------------------- srwm
+from fastnet.kernels.srwm.naive import srwm_reference, srwm_rows  # noqa: E402
+
+
+def srwm_inputs(B, T, H, d, gen):
+    x = torch.randn(B, T, H, d, generator=gen)
+    W0 = torch.randn(H, srwm_rows(d), d, generator=gen) / d**0.5
+    D0 = torch.randn(B, H, srwm_rows(d), d, generator=gen) * 0.1
+    return x, W0, D0
+
+
+@pytest.mark.parametrize("d,T", [(16, 7), (32, 5)])
+def test_srwm_matches_reference(d, T):
+    gen = torch.Generator().manual_seed(500 + d + T)
+    xs = srwm_inputs(2, T, 2, d, gen)
+    done = make_done(2, T, gen)
+    ins_k = leafs(*xs)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in xs]
+    y, DT = kernels.fused_recurrent_srwm(ins_k[0], ins_k[1], done.to(DEV), ins_k[2])
+    yr, DTr = srwm_reference(_tm(ins_r[0]), ins_r[1], done.t(), ins_r[2])
+    yr = _tm(yr)
+    assert rel(y, yr) < TOL and rel(DT, DTr) < TOL
+    check_grads([y, DT], [yr, DTr], ins_k, ins_r, ["x", "W0", "D0"], gen)
+
+
+def test_srwm_bf16():
+    gen = torch.Generator().manual_seed(51)
+    xs = [x.bfloat16() for x in srwm_inputs(2, 6, 1, 16, gen)]
+    done = make_done(2, 6, gen)
+    ins_k = leafs(*xs)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in xs]
+    y, DT = kernels.fused_recurrent_srwm(ins_k[0], ins_k[1], done.to(DEV), ins_k[2])
+    assert y.dtype == torch.bfloat16 and DT.dtype == torch.bfloat16
+    yr, DTr = srwm_reference(_tm(ins_r[0]), ins_r[1], done.t(), ins_r[2])
+    assert rel(y, _tm(yr)) < 1e-2 and rel(DT, DTr) < 2e-2
+    check_grads([y, DT], [_tm(yr), DTr], ins_k, ins_r, ["x", "W0", "D0"], gen, tol=3e-2)
+
+
 # ----------------------------------------------------------------------------- chunked delta rule
 @pytest.mark.parametrize("dk,dv,T,C,bv", [(16, 32, 37, 16, 16), (32, 16, 20, 16, None), (16, 16, 40, 32, None),
                                            (16, 32, 70, 64, None)])
@@ -349,7 +387,7 @@ def _check_reports(reports):
     names = {r["name"] for r in reports}
     for kind in ("sum", "delta", "gated", "gated_delta"):
         assert {f"fused_{kind}_fwd", f"fused_{kind}_bwd"} <= names
-    assert {"rec_delta_fwd", "rec_delta_bwd", "delta_rnn_fwd", "delta_rnn_bwd"} <= names
+    assert {"rec_delta_fwd", "rec_delta_bwd", "delta_rnn_fwd", "delta_rnn_bwd", "srwm_fwd", "srwm_bwd"} <= names
     assert {f"chunk_delta_{p}" for p in ("prep", "fwd", "out", "bwd_prep", "bwd", "bwd_wy", "bwd_dqk")} <= names
     assert {r["arch"] for r in reports} == {80, 90}
     assert all(r["regs"] > 0 for r in reports)
