@@ -128,7 +128,7 @@ def householder_sequence(
     done = torch.zeros(T, B, dtype=torch.bool, device=q.device) if done is None else done.bool()
     if initial_state is None:
         initial_state = q.new_zeros(B, H, dv, dk)
-    if use_triton("fused_recurrent", q, supported(q, dk, dv)):
+    if use_triton("chunk" if n * T >= CHUNK_MIN_T else "fused_recurrent", q, supported(q, dk, dv)):
         from fastnet.kernels import gated_delta_rule
 
         first = torch.zeros(n, dtype=torch.bool, device=q.device)

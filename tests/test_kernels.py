@@ -140,6 +140,38 @@ def test_gated_delta_without_decay_is_the_delta_kernel():
     assert rel(y1, y2) < TOL and rel(W1, W2) < TOL
 
 
+@pytest.mark.parametrize("n,T,gated", [(2, 6, False), (3, 5, True), (2, 130, True)])
+def test_delta_product_through_the_gated_delta_kernels(n, T, gated, monkeypatch):
+    """householder_sequence with kernels=triton runs DeltaProduct as Gated DeltaNet over the n_h·T writes
+    (fused below 256 writes, chunked from 256): values and gradients against the reference loop."""
+    from fastnet.kernels import dispatch
+    from fastnet.rules import householder_sequence as sequence_op
+
+    monkeypatch.setattr(dispatch, "_mode", "triton")
+    gen = torch.Generator().manual_seed(700 + n + T)
+    B, H, d = 2, 1, 16
+    q = torch.nn.functional.normalize(torch.randn(T, B, H, d, generator=gen), dim=-1)
+    k = torch.nn.functional.normalize(torch.randn(T, B, H, n, d, generator=gen), dim=-1)
+    v = torch.randn(T, B, H, n, d, generator=gen)
+    beta = 2 * torch.rand(T, B, H, n, generator=gen)
+    g = -torch.rand(T, B, H, generator=gen) if gated else None
+    W0 = torch.randn(B, H, d, d, generator=gen) * 0.5
+    done = make_done(B, T, gen).t()
+    xs = [x for x in (q, k, v, beta, g, W0) if x is not None]
+    names = [n_ for n_, x in zip(["q", "k", "v", "beta", "g", "W0"], (q, k, v, beta, g, W0)) if x is not None]
+    ins_k = leafs(*xs)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in xs]
+
+    def call(fn, ins):
+        a = dict(zip(names, ins))
+        return fn(a["q"], a["k"], a["v"], a["beta"], a.get("g"), done.to(ins[0].device), a["W0"])
+
+    y, WT = call(sequence_op, ins_k)
+    yr, WTr = call(householder_sequence, ins_r)
+    assert rel(y, yr) < TOL and rel(WT, WTr) < TOL
+    check_grads([y, WT], [yr, WTr], ins_k, ins_r, names, gen)
+
+
 # ----------------------------------------------------------------------------- rec_delta, delta_rnn
 from fastnet.recurrent import delta_rnn_sequence, rec_delta_sequence  # noqa: E402
 
@@ -259,6 +291,35 @@ def test_chunk_delta_matches_reference(dk, dv, T, C, bv):
     yr = _tm(yr)
     assert rel(y, yr) < TOL and rel(WT, WTr) < TOL
     check_grads([y, WT], [yr, WTr], ins_k, ins_r, ["q", "k", "v", "beta", "W0"], gen)
+
+
+@pytest.mark.parametrize("dk,dv,T,C,bv", [(16, 32, 37, 16, 16), (32, 16, 20, 16, None), (16, 16, 70, 32, None)])
+def test_chunk_gated_delta_matches_reference(dk, dv, T, C, bv):
+    gen = torch.Generator().manual_seed(600 + dk + dv + T)
+    *xs, done = gated_delta_inputs(2, T, 2, dk, dv, gen)
+    done[0, C] = True  # a reset exactly on a chunk boundary (make_done puts others inside chunks)
+    ins_k = leafs(*xs)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in xs]
+    q, k, v, beta, g, W0 = ins_k
+    y, WT = kernels.chunk_delta_rule(q, k, v, beta, W0, done.to(DEV), chunk_size=C, precision="ieee", block_v=bv, g=g)
+    yr, WTr = gated_delta_reference(*ins_r, done)
+    assert rel(y, yr) < TOL and rel(WT, WTr) < TOL
+    check_grads([y, WT], [yr, WTr], ins_k, ins_r, ["q", "k", "v", "beta", "g", "W0"], gen)
+
+
+def test_chunk_gated_delta_strong_decay_bf16():
+    """bf16 inputs (tf32 products) and decays down to exp(-30) per step: no overflow in exp(G_i - G_j)."""
+    gen = torch.Generator().manual_seed(61)
+    *xs, done = gated_delta_inputs(2, 40, 1, 16, 16, gen)
+    xs[4] = xs[4] * 15
+    xs = [x.bfloat16() for x in xs]
+    ins_k = leafs(*xs)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in xs]
+    y, WT = kernels.chunk_delta_rule(*ins_k[:4], ins_k[5], done.to(DEV), chunk_size=16, g=ins_k[4])
+    assert y.dtype == torch.bfloat16
+    yr, WTr = gated_delta_reference(*ins_r, done)
+    assert rel(y, yr) < 1e-2 and rel(WT, WTr) < 1e-2
+    check_grads([y, WT], [yr, WTr], ins_k, ins_r, ["q", "k", "v", "beta", "g", "W0"], gen, tol=2e-2)
 
 
 def bf16_inputs(B, T, H, d, gen):

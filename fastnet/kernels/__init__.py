@@ -14,9 +14,10 @@ Public entry points (batch-major [B,T,H,d] sequences):
   for rule in sum / delta / gated / gated_delta (``g`` [B,T,H]: the log-decay of gated_delta).
 * :func:`fused_recurrent_rec_delta` (aq, ak, av, ab, Rq, Rk, Rv, rb, done, W0, y0) -> (y, W_T, y_T)
 * :func:`fused_recurrent_delta_rnn` (q, k, v, beta, kr, vr, beta_r, done, W0, R0, y0) -> (y, W_T, R_T, y_T)
-* :func:`chunk_delta_rule` (q, k, v, beta, initial_state, done) -> (y, W_T)  (chunked WY form)
+* :func:`chunk_delta_rule` (q, k, v, beta, initial_state, done, g=None) -> (y, W_T)  (chunked WY form)
 * :func:`delta_rule` (..., mode="auto"): picks chunked for T >= 256, else fused.
-* :func:`gated_delta_rule` (q, k, v, beta, g, initial_state, done) -> (y, W_T): Gated DeltaNet.
+* :func:`gated_delta_rule` (q, k, v, beta, g, initial_state, done, mode="auto") -> (y, W_T): Gated
+  DeltaNet, fused recurrent or chunked (``chunk_delta_rule(..., g=g)``) as :func:`delta_rule`.
 * :func:`fused_recurrent_srwm` (x, W0, done, D0) -> (y, D_T): the self-referential weight matrix.
 * :func:`set_kernel_mode`, :func:`kernel_mode`, :func:`self_check`: see :mod:`fastnet.kernels.dispatch`.
 
@@ -71,21 +72,22 @@ def chunk_delta_rule(q, k, v, beta, initial_state=None, done=None, **kw):
 def delta_rule(q, k, v, beta, initial_state=None, done=None, mode="auto"):
     """Delta rule over a batch-major sequence; mode "fused", "chunk" or "auto".
 
-    "auto" takes the chunked kernel when T >= 256 and the fused recurrent kernel otherwise.
+    "auto" takes the chunked kernel when T >= CHUNK_MIN_T (256) and the fused recurrent kernel otherwise.
     Both handle resets anywhere in the sequence (the chunked one with segment masks).
     """
+    return gated_delta_rule(q, k, v, beta, None, initial_state, done, mode)
+
+
+def gated_delta_rule(q, k, v, beta, g=None, initial_state=None, done=None, mode="auto"):
+    """Gated DeltaNet (Yang et al. 2025, Eq. 10) over a batch-major sequence:
+    W_t = exp(g_t) W_{t-1} + β_t (v_t - exp(g_t) W_{t-1} k_t) ⊗ k_t, y_t = W_t q_t.
+    ``g`` [B,T,H] is the log-decay (None: no decay, the delta rule). mode as :func:`delta_rule`."""
     if mode not in ("auto", "fused", "chunk"):
         raise ValueError(f"mode must be 'auto', 'fused' or 'chunk', got {mode!r}")
     if mode == "chunk" or (mode == "auto" and q.shape[1] >= CHUNK_MIN_T):
-        return chunk_delta_rule(q, k, v, beta, initial_state, done)
-    return fused_recurrent_fast_weight(q, k, v, beta, initial_state, done, "delta")
-
-
-def gated_delta_rule(q, k, v, beta, g=None, initial_state=None, done=None):
-    """Gated DeltaNet (Yang et al. 2025, Eq. 10) over a batch-major sequence, by the fused recurrent
-    kernel: W_t = exp(g_t) W_{t-1} + β_t (v_t - exp(g_t) W_{t-1} k_t) ⊗ k_t, y_t = W_t q_t.
-    ``g`` [B,T,H] is the log-decay (None: no decay, the delta rule)."""
-    return fused_recurrent_fast_weight(q, k, v, beta, initial_state, done, "gated_delta", g=g)
+        return chunk_delta_rule(q, k, v, beta, initial_state, done, g=g)
+    return fused_recurrent_fast_weight(q, k, v, beta, initial_state, done, "delta" if g is None else "gated_delta",
+                                       g=g)
 
 
 def fused_recurrent_srwm(x, W0, done=None, D0=None):

@@ -82,21 +82,24 @@ def fused_recurrent_case(device: torch.device) -> Pair:
 
 
 def chunk_case(device: torch.device) -> Pair:
-    """The chunked delta rule, 2 chunks of 16 with a reset inside the first."""
+    """The chunked kernels, delta and gated delta: 2 chunks of 16 with a reset inside the first."""
     gen = torch.Generator().manual_seed(0)
     steps = 32
     done = _done(steps, device)
     inputs = [_random(B, steps, H, D, gen=gen, kind="key"), _random(B, steps, H, D, gen=gen, kind="key"),
               _random(B, steps, H, D, gen=gen), _random(B, steps, H, gen=gen, kind="rate"),
-              _random(B, H, D, D, gen=gen)]
+              _random(B, H, D, D, gen=gen), _random(B, steps, H, gen=gen, kind="decay")]
 
-    def reference(q, k, v, beta, W0):
-        y, W = FastWeightSequence.apply("delta", _tm(q), _tm(k), _tm(v), _tm(beta), _tm(done).cpu(), W0,
-                                        torch.ones_like(_tm(beta)))
+    def reference(q, k, v, beta, W0, g):
+        y, W = householder_sequence(_tm(q), _tm(k).unsqueeze(3), _tm(v).unsqueeze(3), _tm(beta).unsqueeze(-1),
+                                    _tm(g), _tm(done).cpu(), W0)
         return _tm(y), W
 
-    return _compare(lambda *a: kernels.chunk_delta_rule(*a[:4], a[4], done, chunk_size=16), reference,
-                    inputs, device)
+    got, want = _compare(lambda *a: kernels.chunk_delta_rule(*a[:4], a[4], done, chunk_size=16, g=a[5]),
+                         reference, inputs, device)
+    got_delta, want_delta = _compare(lambda *a: kernels.chunk_delta_rule(*a[:4], a[4], done, chunk_size=16),
+                                     lambda *a: reference(*a, torch.zeros_like(a[3])), inputs[:5], device)
+    return got + got_delta, want + want_delta
 
 
 def rec_delta_case(device: torch.device) -> Pair:
