@@ -4,8 +4,8 @@
 * :class:`FastWeightSequence`: the sum (Eq. 17), delta (Eqs. 20-25) and gated (appendix Eq. 52)
   rules of Schlag, Irie & Schmidhuber (2021), as a reversible autograd Function.
 * :func:`householder_sequence`: Gated DeltaNet (Yang, Kautz & Hatamizadeh, ICLR 2025, Eq. 10)
-  and DeltaProduct (Siems et al., 2025, Eq. 4 / Sec. 3): a decay then n_h delta-rule writes per
-  step, a plain autograd loop.
+  and DeltaProduct (Siems et al., 2025: n_h generalised Householder steps per token): a decay,
+  then n_h delta-rule writes per step; a plain autograd loop.
 
 Shapes are time-major: q, k [T,B,H,dk], v [T,B,H,dv], beta [T,B,H], done [T,B], W [B,H,dv,dk].
 """
@@ -131,7 +131,7 @@ def householder_sequence(
 
     * W_{t,0} = α_t W_{t-1}, α_t = exp(g_t) (Gated DeltaNet, Eq. 10; α ≡ 1 when ``g`` is None);
     * W_{t,j} = W_{t,j-1} + β_{t,j} (v_{t,j} - W_{t,j-1} k_{t,j}) ⊗ k_{t,j}, j = 1..n_h
-      (DeltaProduct, Eq. 4: a product of n_h generalised Householder transitions);
+      (DeltaProduct: a product of n_h generalised Householder transitions);
     * y_t = W_{t,n_h} q_t.
 
     With n_h = 1 this is Gated DeltaNet's W_t = α_t W_{t-1}(I - β_t k_t k_tᵀ) + β_t v_t k_tᵀ.
