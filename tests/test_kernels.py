@@ -449,7 +449,8 @@ def _check_reports(reports):
     for kind in ("sum", "delta", "gated", "gated_delta"):
         assert {f"fused_{kind}_fwd", f"fused_{kind}_bwd"} <= names
     assert {"rec_delta_fwd", "rec_delta_bwd", "delta_rnn_fwd", "delta_rnn_bwd", "srwm_fwd", "srwm_bwd"} <= names
-    assert {f"chunk_delta_{p}" for p in ("prep", "fwd", "out", "bwd_prep", "bwd", "bwd_wy", "bwd_dqk")} <= names
+    for kind in ("delta", "gated_delta"):
+        assert {f"chunk_{kind}_{p}" for p in ("prep", "fwd", "out", "bwd_prep", "bwd", "bwd_wy", "bwd_dqk")} <= names
     assert {r["arch"] for r in reports} == {80, 90}
     assert all(r["regs"] > 0 for r in reports)
     bad = [r for r in reports if r["d"] <= 64 and r["spill_stores"] + r["spill_loads"] > 0]

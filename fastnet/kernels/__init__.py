@@ -94,10 +94,3 @@ def fused_recurrent_srwm(x, W0, done=None, D0=None):
     from fastnet.kernels.srwm.fused_recurrent import fused_recurrent_srwm as f
 
     return f(x, W0, done, D0)
-
-
-def self_check_cases():
-    """op name -> a function of the device returning (kernel tensors, reference tensors); see dispatch."""
-    from fastnet.kernels.self_check import CASES
-
-    return CASES

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 
@@ -29,7 +29,6 @@ from fastnet.kernels._common import interpreting
 KernelMode = Literal["auto", "triton", "reference"]
 MODES = ("auto", "triton", "reference")
 ENV_VAR = "DELTABEAST_KERNELS"
-SELF_CHECK_TOL = 1e-3  # relative error in fp32 on a tiny input; a broken kernel is off by O(1)
 
 _mode: KernelMode | None = None
 _checked: dict[str, str | None] = {}  # op -> None (passed) or the reason it failed
@@ -65,7 +64,7 @@ def kernels_can_run(device: torch.device) -> bool:
 
 
 def use_triton(op: str, x: torch.Tensor, supported: bool = True) -> bool:
-    """Whether the sequence op ``op`` (a key of ``fastnet.kernels.self_check.CASES``) runs its Triton
+    """Whether the sequence op ``op`` (a key of :data:`fastnet.kernels.self_check.CASES`) runs its Triton
     kernel on x's device. ``supported``: whether the kernels take these head sizes and dtype; where
     they do not, auto takes the reference and triton calls the kernel anyway (which raises)."""
     mode = kernel_mode()
@@ -81,13 +80,12 @@ def use_triton(op: str, x: torch.Tensor, supported: bool = True) -> bool:
 
 
 def self_check(device: torch.device | str) -> dict[str, str | None]:
-    """Run every kernel against its reference on a tiny input on ``device``; cache and return the
-    failures (op -> reason, None if it passed) and warn once, listing the failing kernels."""
-    from fastnet.kernels import self_check_cases
+    """Run every kernel against its reference on a tiny input on ``device``
+    (:func:`fastnet.kernels.self_check.check`); cache and return op -> None (passed) or the reason it
+    failed, and warn once, listing the failing kernels with their reasons."""
+    from fastnet.kernels.self_check import CASES, check
 
-    results = {}
-    for op, case in self_check_cases().items():
-        results[op] = _run_case(case, torch.device(device))
+    results = {op: check(op, torch.device(device)) for op in CASES}
     _checked.update(results)
     failed = {op: why for op, why in results.items() if why is not None}
     if failed:
@@ -95,17 +93,3 @@ def self_check(device: torch.device | str) -> dict[str, str | None]:
         warnings.warn(f"fastnet.kernels (kernels=auto): self-check failed, these ops use the PyTorch reference "
                       f"instead of Triton: {reasons}", RuntimeWarning, stacklevel=3)
     return results
-
-
-def _run_case(case: Callable[[torch.device], tuple[list, list]], device: torch.device) -> str | None:
-    """``case(device)`` returns (kernel outputs + input gradients, reference ones); compare them."""
-    try:
-        got, want = case(device)
-    except Exception as e:  # noqa: BLE001 -- any failure (compile error, launch error) means: use the reference
-        return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-    for i, (a, b) in enumerate(zip(got, want)):
-        a, b = a.detach().double().cpu(), b.detach().double().cpu()
-        err = ((a - b).norm() / b.norm().clamp_min(1e-12)).item()
-        if not err < SELF_CHECK_TOL:  # also catches NaN
-            return f"mismatch against the reference (tensor {i}: relative error {err:.2e})"
-    return None

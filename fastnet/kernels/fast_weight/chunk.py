@@ -508,9 +508,10 @@ def chunk_delta_rule(q, k, v, beta, initial_state=None, done=None, chunk_size=DE
 
 
 def compile_specs(d, KernelSpec, sig, chunk_size=DEFAULT_CHUNK, precision=None, dtype="fp32"):
-    """The chunked kernels at dk = dv = d. Forward: prep (T^{-1}, Wm, Uv), state pass, output; backward:
-    prep (intra-chunk dU), state-gradient pass, wy (dv, intra-chunk dq/dk/dbeta), dqk (state terms).
-    precision defaults as in chunk_delta_rule: "ieee" for fp32 inputs, "tf32" for bf16."""
+    """The chunked kernels at dk = dv = d, for the delta rule and for Gated DeltaNet (HAS_G). Forward:
+    prep (T^{-1}, Wm, Uv), state pass, output; backward: prep (intra-chunk dU), state-gradient pass,
+    wy (dv, intra-chunk dq/dk/dbeta/dG), dqk (state terms, dg). precision defaults as in chunk_delta_rule:
+    "ieee" for fp32 inputs, "tf32" for bf16."""
     if precision is None:
         precision = "ieee" if dtype == "fp32" else "tf32"
     x = f"*{dtype}"
@@ -518,33 +519,38 @@ def compile_specs(d, KernelSpec, sig, chunk_size=DEFAULT_CHUNK, precision=None, 
     w = pick_warps(d, bv, chunk_size, precision)
     ws = pick_warps(d, bv, chunk_size, precision, sequential=True)
     ns = pick_stages(chunk_size)
-    lab = f"d={d} C={chunk_size} BV={bv} {precision} {dtype}"
-    cx = dict(DK=d, DV=d, BV=bv, C=chunk_size, PREC=precision)
     tail = "T:i32,H:i32,DK:constexpr,DV:constexpr,BV:constexpr,C:constexpr"
-    return [
-        KernelSpec("chunk_delta_prep", _chunk_prep_kernel,
-                   sig(f"k:{x},v:{x},beta:{x},cseg:*i32,tinv:*fp32,wm:*fp32,uv:*fp32,{tail},PREC:constexpr"),
-                   dict(cx), w, lab, ns),
-        KernelSpec("chunk_delta_fwd", _chunk_fwd_kernel,
-                   sig(f"k:{x},cseg:*i32,w0:*fp32,wm:*fp32,u:*fp32,wT:*fp32,ckpt:*fp32,{tail},"
-                       "HAS_W0:constexpr,PREC:constexpr"),
-                   dict(cx, HAS_W0=True), ws, lab, ns),
-        KernelSpec("chunk_delta_out", _chunk_out_kernel,
-                   sig(f"q:{x},k:{x},cseg:*i32,ckpt:*fp32,u:*fp32,y:{x},{tail},PREC:constexpr"),
-                   dict(cx), w, lab, ns),
-        KernelSpec("chunk_delta_bwd_prep", _chunk_bwd_prep_kernel,
-                   sig(f"q:{x},k:{x},cseg:*i32,dy:{x},du:*fp32,{tail},PREC:constexpr"),
-                   dict(cx), w, lab, ns),
-        KernelSpec("chunk_delta_bwd", _chunk_bwd_kernel,
-                   sig(f"q:{x},k:{x},cseg:*i32,wm:*fp32,dy:{x},dwT:*fp32,dckpt:*fp32,du:*fp32,dw0:*fp32,{tail},"
-                       "HAS_DWT:constexpr,PREC:constexpr"),
-                   dict(cx, HAS_DWT=True), ws, lab, ns),
-        KernelSpec("chunk_delta_bwd_wy", _chunk_bwd_wy_kernel,
-                   sig(f"k:{x},v:{x},beta:{x},cseg:*i32,tinv:*fp32,u:*fp32,du:*fp32,dy:{x},"
-                       f"dv:{x},dbe_f:*fp32,dyu_s:*fp32,dab_s:*fp32,{tail},PREC:constexpr"),
-                   dict(cx), w, lab, ns),
-        KernelSpec("chunk_delta_bwd_dqk", _chunk_bwd_dqk_kernel,
-                   sig(f"q:{x},k:{x},beta:{x},cseg:*i32,tinv:*fp32,ckpt:*fp32,dckpt:*fp32,u:*fp32,du:*fp32,dy:{x},"
-                       f"dyu_s:*fp32,dab_s:*fp32,dbe_f:*fp32,dq:{x},dk:{x},dbeta:{x},{tail},PREC:constexpr"),
-                   dict(cx), w, lab, ns),
-    ]
+    specs = []
+    for has_g, kind in ((False, "delta"), (True, "gated_delta")):
+        lab = f"d={d} C={chunk_size} BV={bv} {precision} {dtype}"
+        cx = dict(DK=d, DV=d, BV=bv, C=chunk_size, PREC=precision, HAS_G=has_g)
+        end = "PREC:constexpr,HAS_G:constexpr"
+        specs += [
+            KernelSpec(f"chunk_{kind}_prep", _chunk_prep_kernel,
+                       sig(f"k:{x},v:{x},beta:{x},gk:{x},cseg:*i32,tinv:*fp32,wm:*fp32,uv:*fp32,{tail},{end}"),
+                       dict(cx), w, lab, ns),
+            KernelSpec(f"chunk_{kind}_fwd", _chunk_fwd_kernel,
+                       sig(f"k:{x},gk:{x},cseg:*i32,w0:*fp32,wm:*fp32,u:*fp32,wT:*fp32,ckpt:*fp32,{tail},"
+                           f"HAS_W0:constexpr,{end}"),
+                       dict(cx, HAS_W0=True), ws, lab, ns),
+            KernelSpec(f"chunk_{kind}_out", _chunk_out_kernel,
+                       sig(f"q:{x},k:{x},gk:{x},cseg:*i32,ckpt:*fp32,u:*fp32,y:{x},{tail},{end}"),
+                       dict(cx), w, lab, ns),
+            KernelSpec(f"chunk_{kind}_bwd_prep", _chunk_bwd_prep_kernel,
+                       sig(f"q:{x},k:{x},gk:{x},cseg:*i32,dy:{x},du:*fp32,{tail},{end}"),
+                       dict(cx), w, lab, ns),
+            KernelSpec(f"chunk_{kind}_bwd", _chunk_bwd_kernel,
+                       sig(f"q:{x},k:{x},gk:{x},cseg:*i32,wm:*fp32,dy:{x},dwT:*fp32,dckpt:*fp32,du:*fp32,dw0:*fp32,"
+                           f"{tail},HAS_DWT:constexpr,{end}"),
+                       dict(cx, HAS_DWT=True), ws, lab, ns),
+            KernelSpec(f"chunk_{kind}_bwd_wy", _chunk_bwd_wy_kernel,
+                       sig(f"q:{x},k:{x},v:{x},beta:{x},gk:{x},cseg:*i32,tinv:*fp32,u:*fp32,du:*fp32,dy:{x},"
+                           f"dv:{x},dbe_f:*fp32,dg_f:*fp32,dyu_s:*fp32,dab_s:*fp32,{tail},{end}"),
+                       dict(cx), w, lab, ns),
+            KernelSpec(f"chunk_{kind}_bwd_dqk", _chunk_bwd_dqk_kernel,
+                       sig(f"q:{x},k:{x},beta:{x},gk:{x},cseg:*i32,tinv:*fp32,ckpt:*fp32,dckpt:*fp32,u:*fp32,"
+                           f"du:*fp32,dy:{x},dyu_s:*fp32,dab_s:*fp32,dbe_f:*fp32,dg_f:*fp32,dq:{x},dk:{x},dbeta:{x},"
+                           f"dg:{x},{tail},{end}"),
+                       dict(cx), w, lab, ns),
+        ]
+    return specs
