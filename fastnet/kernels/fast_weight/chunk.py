@@ -115,16 +115,21 @@ def _chunk_program(cseg, T, H, C: tl.constexpr):
 
 @triton.jit
 def _decay(gk, b, h, start, t, tm, T, H, C: tl.constexpr, HAS_G: tl.constexpr):
-    """Gated delta: G_i, the sum of the log-decays g over the chunk's steps up to i, its value G_C at the
-    chunk's last step, and Gam_ij = exp(G_i - G_j) for j <= i (0 above the diagonal). Zeros / ones without g."""
+    """Gated delta: G_i, the sum of the log-decays g over the chunk's steps up to i, and its value G_C at the
+    chunk's last step (zeros without g)."""
     if HAS_G:
         G = tl.cumsum(tl.load(gk + (b * T + t) * H + h, mask=tm, other=0.0).to(tl.float32), 0)
     else:
         G = tl.zeros([C], dtype=tl.float32)
-    GC = tl.sum(tl.where(t == tl.minimum(start + C, T) - 1, G, 0.0), 0)
+    return G, tl.sum(tl.where(t == tl.minimum(start + C, T) - 1, G, 0.0), 0)
+
+
+@triton.jit
+def _gamma(G, C: tl.constexpr):
+    """Gam_ij = exp(G_i - G_j) for j <= i, 0 above the diagonal (so the exponent is never positive)."""
     o = tl.arange(0, C)
     low = o[:, None] >= o[None, :]
-    return G, GC, tl.where(low, tl.exp(tl.where(low, G[:, None] - G[None, :], 0.0)), 0.0)
+    return tl.where(low, tl.exp(tl.where(low, G[:, None] - G[None, :], 0.0)), 0.0)
 
 
 @triton.jit
@@ -135,7 +140,8 @@ def _chunk_prep_kernel(
 ):
     """Per chunk, all chunks in parallel: T^{-1}, Wm = T^{-1} diag(beta m E) K, Uv = T^{-1} diag(beta) V."""
     n, pid_bh, b, h, start, t, tm, cc, m, last, g = _chunk_program(cseg, T, H, C)
-    G, GC, Gam = _decay(gk, b, h, start, t, tm, T, H, C, HAS_G)
+    G, GC = _decay(gk, b, h, start, t, tm, T, H, C, HAS_G)
+    Gam = _gamma(G, C)
     NT = (T + C - 1) // C
     oc = tl.arange(0, C)
     be = tl.load(beta + (b * T + t) * H + h, mask=tm, other=0.0).to(tl.float32)
@@ -174,14 +180,17 @@ def _chunk_fwd_kernel(
     for n in range(NT):
         start = n * C
         t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
-        G, GC, Gam = _decay(gk, b, h, start, t, tm, T, H, C, HAS_G)
         tl.store(ckpt + (pid_bh.to(tl.int64) * NT + n) * DK * DV + stile, S)
         K = _ld(k, b, h, start, 0, T, H, DK, C, DK)
         Wm = _ld(wm, b, h, start, 0, T, H, DK, C, DK)
         U = _ld(u, b, h, start, pid_v * BV, T, H, DV, C, BV) - tl.dot(Wm, S, input_precision=PREC)
         _st(u, U, b, h, start, pid_v * BV, T, H, DV, C, BV)
-        lam = tl.where(last, tl.exp(GC - G), 0.0)
-        S = g * tl.exp(GC) * S + tl.dot(tl.trans(K), lam[:, None] * U, input_precision=PREC)
+        if HAS_G:
+            G, GC = _decay(gk, b, h, start, t, tm, T, H, C, HAS_G)
+            S = g * tl.exp(GC) * S + tl.dot(tl.trans(K), tl.where(last, tl.exp(GC - G), 0.0)[:, None] * U,
+                                            input_precision=PREC)
+        else:
+            S = g * S + tl.dot(tl.trans(K), tl.where(last[:, None], U, 0.0), input_precision=PREC)
     tl.store(wT + sbase + stile, S)
 
 
@@ -193,7 +202,8 @@ def _chunk_out_kernel(
 ):
     """Per chunk, in parallel: Y = m E (Q S) + ((Q K^T) * L * Gam) U."""
     n, pid_bh, b, h, start, t, tm, cc, m, last, g = _chunk_program(cseg, T, H, C)
-    G, GC, Gam = _decay(gk, b, h, start, t, tm, T, H, C, HAS_G)
+    G, GC = _decay(gk, b, h, start, t, tm, T, H, C, HAS_G)
+    Gam = _gamma(G, C)
     NT = (T + C - 1) // C
     oc = tl.arange(0, C)
     ok = tl.arange(0, DK)
@@ -219,7 +229,8 @@ def _chunk_bwd_prep_kernel(
 ):
     """Per chunk, in parallel: the intra-chunk part of dU, ((Q K^T) * L * Gam)^T dY."""
     n, pid_bh, b, h, start, t, tm, cc, m, last, g = _chunk_program(cseg, T, H, C)
-    G, GC, Gam = _decay(gk, b, h, start, t, tm, T, H, C, HAS_G)
+    G, GC = _decay(gk, b, h, start, t, tm, T, H, C, HAS_G)
+    Gam = _gamma(G, C)
     oc = tl.arange(0, C)
     Q = _ld(q, b, h, start, 0, T, H, DK, C, DK)
     K = _ld(k, b, h, start, 0, T, H, DK, C, DK)
@@ -257,7 +268,7 @@ def _chunk_bwd_kernel(
         n = NT - 1 - nn
         start = n * C
         t, tm, cc, m, last, g = _flags(cseg, b, start, T, C)
-        G, GC, Gam = _decay(gk, b, h, start, t, tm, T, H, C, HAS_G)
+        G, GC = _decay(gk, b, h, start, t, tm, T, H, C, HAS_G)
         tl.store(dckpt + (pid_bh.to(tl.int64) * NT + n) * DK * DV + stile, dS)
         Q = _ld(q, b, h, start, 0, T, H, DK, C, DK)
         K = _ld(k, b, h, start, 0, T, H, DK, C, DK)
@@ -285,7 +296,8 @@ def _chunk_bwd_wy_kernel(
     the program through the [C, C] products dY U^T and Z U^T only. With g: the intra-chunk part of dG
     (through Gam in P and A: rowsum - colsum of dP * Q K^T + beta dA * Gam * K K^T; fp32 dg_f)."""
     n, pid_bh, b, h, start, t, tm, cc, m, last, g = _chunk_program(cseg, T, H, C)
-    G, GC, Gam = _decay(gk, b, h, start, t, tm, T, H, C, HAS_G)
+    G, GC = _decay(gk, b, h, start, t, tm, T, H, C, HAS_G)
+    Gam = _gamma(G, C)
     NT = (T + C - 1) // C
     oc = tl.arange(0, C)
     be = tl.load(beta + (b * T + t) * H + h, mask=tm, other=0.0).to(tl.float32)
@@ -333,7 +345,7 @@ def _chunk_bwd_dqk_kernel(
     E (in Y and Wm), lam and the chunk-final decay exp(G_C) to bwd_wy's dg_f, and dg is its reverse
     cumulative sum over the chunk (G_i = sum_{s <= i} g_s)."""
     n, pid_bh, b, h, start, t, tm, cc, m, last, g = _chunk_program(cseg, T, H, C)
-    G, GC, Gam = _decay(gk, b, h, start, t, tm, T, H, C, HAS_G)
+    G, GC = _decay(gk, b, h, start, t, tm, T, H, C, HAS_G)
     NT = (T + C - 1) // C
     oc = tl.arange(0, C)
     ok = tl.arange(0, DK)
@@ -351,8 +363,8 @@ def _chunk_bwd_dqk_kernel(
     Tinv = tl.load(tinv + ctile)
     cbase = (pid_bh.to(tl.int64) * NT + n) * DK * DV
     ZS = tl.zeros([C, DK], dtype=tl.float32)
-    dY_QS = tl.zeros([C], dtype=tl.float32)
-    KdS_U = tl.zeros([C], dtype=tl.float32)
+    dY_QS = tl.zeros([C], dtype=tl.float32)  # sum_v dY (Q S) = rowsum(Q * dY S^T), for dG through E
+    lam_dlam = tl.zeros([C], dtype=tl.float32)  # lam sum_v (K dS_out) U = rowsum(K * lam U dS_out^T)
     S_dS = tl.zeros([DK], dtype=tl.float32)
     for j in range(DV // BV):
         stile = (j * BV + tl.arange(0, BV))[None, :] * DK + ok[:, None]
@@ -361,13 +373,15 @@ def _chunk_bwd_dqk_kernel(
         U = _ld(u, b, h, start, j * BV, T, H, DV, C, BV)
         dU = _ld(du, b, h, start, j * BV, T, H, DV, C, BV)
         dY = _ld(dy, b, h, start, j * BV, T, H, DV, C, BV)
-        dQ += E[:, None] * tl.dot(dY, tl.trans(S), input_precision=PREC)
+        dYS = tl.dot(dY, tl.trans(S), input_precision=PREC)
+        dQ += E[:, None] * dYS
         Z = tl.dot(tl.trans(Tinv), dU, input_precision=PREC)
         ZS += tl.dot(Z, tl.trans(S), input_precision=PREC)
-        dK += tl.dot(lam[:, None] * U, tl.trans(dSo), input_precision=PREC)
+        UdS = tl.dot(lam[:, None] * U, tl.trans(dSo), input_precision=PREC)
+        dK += UdS
         if HAS_G:
-            dY_QS += tl.sum(dY * tl.dot(Q, S, input_precision=PREC), 1)
-            KdS_U += tl.sum(tl.dot(K, dSo, input_precision=PREC) * U, 1)
+            dY_QS += tl.sum(Q * dYS, 1)
+            lam_dlam += tl.sum(K * UdS, 1)
             S_dS += tl.sum(S * dSo, 1)
     _st(dq, dQ.to(dq.dtype.element_ty), b, h, start, 0, T, H, DK, C, DK)
     ZS = tl.where(m[:, None], ZS, 0.0)
@@ -378,9 +392,9 @@ def _chunk_bwd_dqk_kernel(
     dK -= (be * eG)[:, None] * ZS
     _st(dk, dK.to(dk.dtype.element_ty), b, h, start, 0, T, H, DK, C, DK)
     if HAS_G:
-        dG = tl.load(dg_f + (b * T + t) * H + h, mask=tm, other=0.0) + E * dY_QS - be * eG * ZSK - lam * KdS_U
+        dG = tl.load(dg_f + (b * T + t) * H + h, mask=tm, other=0.0) + E * dY_QS - be * eG * ZSK - lam_dlam
         at_end = t == tl.minimum(start + C, T) - 1
-        dG += tl.where(at_end, g * tl.exp(GC) * tl.sum(S_dS, 0) + tl.sum(lam * KdS_U, 0), 0.0)
+        dG += tl.where(at_end, g * tl.exp(GC) * tl.sum(S_dS, 0) + tl.sum(lam_dlam, 0), 0.0)
         dgs = tl.sum(tl.where(oc[None, :] >= oc[:, None], dG[None, :], 0.0), 1)
         tl.store(dg + (b * T + t) * H + h, dgs.to(dg.dtype.element_ty), mask=tm)
 
@@ -390,20 +404,23 @@ def pick_bv(dk: int, dv: int, c: int = 16) -> int:
     return min(dv, 32 if c <= 32 else 16)
 
 
-def pick_warps(dk: int, bv: int, c: int, precision: str = "tf32", sequential: bool = False) -> int:
+def pick_warps(dk: int, bv: int, c: int, precision: str = "tf32", sequential: bool = False,
+               gated_dqk: bool = False) -> int:
     """Warps per program, chosen from the sm_80/sm_90 compile sweep (cuda/NOTES.md): fewest without spills.
 
     Exact fp32 ("ieee") products are FMA loops that hold whole operand rows/columns per thread, so
-    they take 8 warps except in the small sequential passes."""
-    if c > 32:
+    they take 8 warps except in the small sequential passes. The gated-delta dqk kernel carries three
+    more accumulators and two more products per value block: 8 warps (4 spill at d = 64 in tf32)."""
+    if c > 32 or gated_dqk:
         return 8
     if precision == "ieee":
         return 8 if (not sequential or dk * c >= 1024) else 4
     return 8 if (c == 32 and not sequential) else 4
 
 
-def pick_stages(c: int) -> int:
-    return 3 if c <= 32 else 2
+def pick_stages(c: int, gated: bool = False) -> int:
+    """Software-pipelining stages; gated delta takes 2 (3 spill once in the sm_90 state pass at d = 32)."""
+    return 3 if c <= 32 and not gated else 2
 
 
 DEFAULT_CHUNK = 16  # C=64 still spills in some builds (cuda/NOTES.md)
@@ -425,7 +442,7 @@ class ChunkDeltaRule(torch.autograd.Function):
         has_g = gk is not None
         gk = gk if has_g else beta  # a placeholder pointer, never read
         cx = dict(DK=DK, DV=DV, BV=bv, C=C, PREC=precision, HAS_G=has_g)
-        launch = dict(num_warps=pick_warps(DK, bv, C, precision), num_stages=pick_stages(C))
+        launch = dict(num_warps=pick_warps(DK, bv, C, precision), num_stages=pick_stages(C, has_g))
         seq = dict(launch, num_warps=pick_warps(DK, bv, C, precision, sequential=True))
         _chunk_prep_kernel[(NT, B * H)](k, v, beta, gk, cseg, tinv, wm, u, T, H, **cx, **launch)
         wT = torch.empty(B, H, DV, DK, **f32)
@@ -458,7 +475,7 @@ class ChunkDeltaRule(torch.autograd.Function):
         dckpt = torch.empty(B, H, NT, DV, DK, **f32)
         du = torch.empty(B, T, H, DV, **f32)
         cx = dict(DK=DK, DV=DV, BV=bv, C=C, PREC=precision, HAS_G=has_g)
-        launch = dict(num_warps=pick_warps(DK, bv, C, precision), num_stages=pick_stages(C))
+        launch = dict(num_warps=pick_warps(DK, bv, C, precision), num_stages=pick_stages(C, has_g))
         seq = dict(launch, num_warps=pick_warps(DK, bv, C, precision, sequential=True))
         _chunk_bwd_prep_kernel[(NT, B * H)](q, k, gk, cseg, dy, du, T, H, **cx, **launch)
         _chunk_bwd_kernel[(nv, B * H)](
@@ -475,7 +492,7 @@ class ChunkDeltaRule(torch.autograd.Function):
         dg = torch.empty_like(gk) if has_g else dbeta
         _chunk_bwd_dqk_kernel[(NT, B * H)](
             q, k, beta, gk, cseg, tinv, ckpt, dckpt, u, du, dy, dyu_s, dab_s, dbe_f, dg_f, dq, dk, dbeta, dg,
-            T, H, **cx, **launch,
+            T, H, **cx, **dict(launch, num_warps=pick_warps(DK, bv, C, precision, gated_dqk=has_g)),
         )
         return (dq, dk, dv, dbeta, dg if has_g else None, dw0.to(w0_dtype) if has_w0 else None,
                 None, None, None, None)
@@ -518,11 +535,11 @@ def compile_specs(d, KernelSpec, sig, chunk_size=DEFAULT_CHUNK, precision=None, 
     bv = pick_bv(d, d, chunk_size)
     w = pick_warps(d, bv, chunk_size, precision)
     ws = pick_warps(d, bv, chunk_size, precision, sequential=True)
-    ns = pick_stages(chunk_size)
     tail = "T:i32,H:i32,DK:constexpr,DV:constexpr,BV:constexpr,C:constexpr"
     specs = []
     for has_g, kind in ((False, "delta"), (True, "gated_delta")):
         lab = f"d={d} C={chunk_size} BV={bv} {precision} {dtype}"
+        ns = pick_stages(chunk_size, has_g)
         cx = dict(DK=d, DV=d, BV=bv, C=chunk_size, PREC=precision, HAS_G=has_g)
         end = "PREC:constexpr,HAS_G:constexpr"
         specs += [
@@ -551,6 +568,6 @@ def compile_specs(d, KernelSpec, sig, chunk_size=DEFAULT_CHUNK, precision=None, 
                        sig(f"q:{x},k:{x},beta:{x},gk:{x},cseg:*i32,tinv:*fp32,ckpt:*fp32,dckpt:*fp32,u:*fp32,"
                            f"du:*fp32,dy:{x},dyu_s:*fp32,dab_s:*fp32,dbe_f:*fp32,dg_f:*fp32,dq:{x},dk:{x},dbeta:{x},"
                            f"dg:{x},{tail},{end}"),
-                       dict(cx), w, lab, ns),
+                       dict(cx), pick_warps(d, bv, chunk_size, precision, gated_dqk=has_g), lab, ns),
         ]
     return specs

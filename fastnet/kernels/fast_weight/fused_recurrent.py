@@ -104,9 +104,10 @@ def _fw_fwd_kernel(
             bt = tl.load(beta + base).to(tl.float32)
             if RULE == 2:
                 W = (1.0 - bt) * W + (bt * vt)[:, None] * kt[None, :]
-            else:
-                W = W * tl.exp(tl.load(g + base).to(tl.float32))
-                W += (bt * (vt - tl.sum(W * kt[None, :], axis=1)))[:, None] * kt[None, :]
+            else:  # W <- a W + u k^T with u = beta (v - a W k), a = exp(g)
+                at = tl.exp(tl.load(g + base).to(tl.float32))
+                u = bt * (vt - at * tl.sum(W * kt[None, :], axis=1))
+                W = at * W + u[:, None] * kt[None, :]
         yt = tl.sum(W * qt[None, :], axis=1)
         tl.store(y + base * DV + rows, yt.to(y.dtype.element_ty))
     tl.store(wT + sbase + tile, W)
