@@ -1,14 +1,14 @@
 """Fused recurrent Triton kernel for the self-referential weight matrix, forward and backward.
 
 Irie, Schlag, Csordás & Schmidhuber (2022), Eqs. 5-8 (see ``naive.py`` beside this file). One
-program owns one (b, h) matrix W [3d+4, d], held in registers in fp32 with its rows padded to a
-power of two RP (the padding rows are zero and stay zero): grid (B*H,). The state passed in and out
-is D = W - W0; a reset loads W0.
+program owns one (b, h) matrix W [3d+4, d], held in registers in fp32 as four tiles: the y, k and q
+rows ([d, d] each) and the β rows ([4, d]), so there are no padding rows; grid (B*H,). The state
+passed in and out is D = W - W0; a reset loads W0.
 
-Row vectors (indexed by the RP rows: o, v - v̄, u) and column vectors (indexed by the d columns: x,
-φ(k), φ(q)) live in different index spaces; k and q move from rows d..2d-1 and 2d..3d-1 of o to
-columns (and their gradients back) through a small per-program scratch buffer in memory, which
-keeps [RP, d] index tiles out of the registers.
+Row vectors (indexed by a tile's rows: W x, v - v̄, u) and column vectors (indexed by the d columns:
+x, φ(k), φ(q)) live in different index spaces; k and q move from the k and q tiles' rows to columns
+(and their gradients back) through a small per-program scratch buffer in memory, which keeps
+[rows, d] index tiles out of the registers.
 
 Forward saves per step the row vectors u_t (the write's value factor) and v_t - v̄_t, φ(k_t), φ(q_t)
 and the four rates σ(β_t). Backward walks back in time and undoes each write, W_{t-1} = W_t - u_t ⊗ φ(k_t);
@@ -24,153 +24,226 @@ import triton.language as tl
 from fastnet.kernels._common import check_device, check_dtype, check_head_size, seg_start
 from fastnet.kernels.fast_weight.fused_recurrent import _state_before_reset
 from fastnet.kernels.recurrent_cores.fused_recurrent import _softmax, pick_warps
-from fastnet.kernels.srwm.naive import NUM_RATES, srwm_rows
+from fastnet.kernels.srwm.naive import srwm_rows
 
 
 @triton.jit
-def _program(H, D: tl.constexpr, RP: tl.constexpr):
-    """Program id = b*H + h, b, h, the RP row and D column indices, the [RP, D] tile, its state base."""
-    pid = tl.program_id(0)
-    rows = tl.arange(0, RP)
+def _offsets(D: tl.constexpr):
+    """Row indices of the y, k, q (d each) and β (4) rows, the columns, and the four [rows, d] tiles."""
+    r = tl.arange(0, D)
     cols = tl.arange(0, D)
-    return pid, pid // H, pid % H, rows, cols, rows[:, None] * D + cols[None, :], pid.to(tl.int64) * RP * D
+    ry, rk, rq, rb = r, D + r, 2 * D + r, 3 * D + tl.arange(0, 4)
+    return (ry, rk, rq, rb, cols, ry[:, None] * D + cols[None, :], rk[:, None] * D + cols[None, :],
+            rq[:, None] * D + cols[None, :], rb[:, None] * D + cols[None, :])
 
 
 @triton.jit
-def _rates(sg, base, rows, D: tl.constexpr):
-    """The learning rate of each row, σ(β_i) for row group i = min(row // D, 3), from the saved σ(β) [4]."""
-    group = tl.minimum(rows // D, 3)
-    rate = tl.zeros([rows.shape[0]], dtype=tl.float32)
-    for i in tl.static_range(4):
-        rate = tl.where(group == i, tl.load(sg + base * 4 + i), rate)
-    return rate, group
+def _pick(v, i):
+    """Element i of a 4-vector, as a scalar."""
+    return tl.sum(tl.where(tl.arange(0, 4) == i, v, 0.0), axis=0)
 
 
 @triton.jit
-def _srwm_fwd_kernel(x, w0, d0, done, y, dT, us, diffs, ks, qs, sg, obuf, T, H, D: tl.constexpr, RP: tl.constexpr):
-    pid, b, h, rows, cols, tile, sbase = _program(H, D, RP)
-    W0 = w0 + h * RP * D + tile
-    W = tl.load(W0) + tl.load(d0 + sbase + tile).to(tl.float32)
-    ob = obuf + pid.to(tl.int64) * RP
+def _srwm_fwd_kernel(x, w0, d0, done, y, dT, us, diffs, ks, qs, sg, obuf, T, H, D: tl.constexpr):
+    pid = tl.program_id(0)
+    b, h = pid // H, pid % H
+    R: tl.constexpr = 3 * D + 4
+    ry, rk, rq, rb, cols, ty, tk, tq, tb = _offsets(D)
+    w = w0 + h * R * D
+    sb = d0 + pid.to(tl.int64) * R * D
+    Wy = tl.load(w + ty) + tl.load(sb + ty).to(tl.float32)
+    Wk = tl.load(w + tk) + tl.load(sb + tk).to(tl.float32)
+    Wq = tl.load(w + tq) + tl.load(sb + tq).to(tl.float32)
+    Wb = tl.load(w + tb) + tl.load(sb + tb).to(tl.float32)
+    ob = obuf + pid.to(tl.int64) * 2 * D
     for t in range(T):
         base = ((b * T + t) * H + h).to(tl.int64)
         if tl.load(done + b * T + t) != 0:
-            W = tl.load(W0)
-        o = tl.sum(W * tl.load(x + base * D + cols).to(tl.float32)[None, :], axis=1)  # Eq. 5
-        tl.store(y + base * D + rows, o.to(y.dtype.element_ty), mask=rows < D)
-        tl.store(ob + rows, o)  # through memory: k and q move from o's rows to columns
+            Wy, Wk, Wq, Wb = tl.load(w + ty), tl.load(w + tk), tl.load(w + tq), tl.load(w + tb)
+        xt = tl.load(x + base * D + cols).to(tl.float32)[None, :]
+        tl.store(y + base * D + ry, tl.sum(Wy * xt, axis=1).to(y.dtype.element_ty))  # Eq. 5
+        # through memory: k and q move from row to column space
+        tl.store(ob + ry, tl.sum(Wk * xt, axis=1))
+        tl.store(ob + D + ry, tl.sum(Wq * xt, axis=1))
+        rate = tl.sigmoid(tl.sum(Wb * xt, axis=1))
         tl.debug_barrier()
-        pk = _softmax(tl.load(ob + D + cols))
-        pq = _softmax(tl.load(ob + 2 * D + cols))
-        for i in tl.static_range(4):
-            tl.store(sg + base * 4 + i, tl.sigmoid(tl.load(ob + 3 * D + i)))
+        pk = _softmax(tl.load(ob + cols))
+        pq = _softmax(tl.load(ob + D + cols))
         tl.debug_barrier()
-        rate, group = _rates(sg, base, rows, D)
-        diff = tl.sum(W * (pq - pk)[None, :], axis=1)  # v - v̄, Eqs. 6-7
-        u = rate * diff  # Eq. 8
-        tl.store(us + base * RP + rows, u)
-        tl.store(diffs + base * RP + rows, diff)
+        tl.store(sg + base * 4 + tl.arange(0, 4), rate)
+        c = (pq - pk)[None, :]  # v - v̄ = W (φ(q) - φ(k)), Eqs. 6-7; u = σ(β) (v - v̄), Eq. 8
+        dy_, dk_, dq_, db_ = tl.sum(Wy * c, axis=1), tl.sum(Wk * c, axis=1), tl.sum(Wq * c, axis=1), tl.sum(Wb * c, axis=1)
+        uy, uk, uq, ub = _pick(rate, 0) * dy_, _pick(rate, 1) * dk_, _pick(rate, 2) * dq_, _pick(rate, 3) * db_
+        tl.store(diffs + base * R + ry, dy_)
+        tl.store(diffs + base * R + rk, dk_)
+        tl.store(diffs + base * R + rq, dq_)
+        tl.store(diffs + base * R + rb, db_)
+        tl.store(us + base * R + ry, uy)
+        tl.store(us + base * R + rk, uk)
+        tl.store(us + base * R + rq, uq)
+        tl.store(us + base * R + rb, ub)
         tl.store(ks + base * D + cols, pk)
         tl.store(qs + base * D + cols, pq)
-        W += u[:, None] * pk[None, :]
-    tl.store(dT + sbase + tile, W - tl.load(W0))
+        Wy += uy[:, None] * pk[None, :]
+        Wk += uk[:, None] * pk[None, :]
+        Wq += uq[:, None] * pk[None, :]
+        Wb += ub[:, None] * pk[None, :]
+    out = dT + pid.to(tl.int64) * R * D
+    tl.store(out + ty, Wy - tl.load(w + ty))
+    tl.store(out + tk, Wk - tl.load(w + tk))
+    tl.store(out + tq, Wq - tl.load(w + tq))
+    tl.store(out + tb, Wb - tl.load(w + tb))
+
+
+@triton.jit
+def _tile_bwd(W, G, u, diff, rate, pk, pq):
+    """Back through one row group's W_t = W + (rate diff) ⊗ φ(k), diff = W (φ(q) - φ(k)), after the undo
+    (W is W_{t-1}): returns dL/d(rate) (summed over the rows), d diff times rate, and the group's parts of
+    dφ(k) (from the outer product) and dφ(q) (from diff)."""
+    du = tl.sum(G * pk[None, :], axis=1)
+    ddiff = du * rate
+    return tl.sum(du * diff, axis=0), ddiff, tl.sum(G * u[:, None], axis=0), tl.sum(W * ddiff[:, None], axis=0)
 
 
 @triton.jit
 def _srwm_bwd_kernel(
     x, w0, d0, done, seg, dT, us, diffs, ks, qs, sg, dy, ddT, dx, dw0, dd0, dbuf,
-    T, H, D: tl.constexpr, RP: tl.constexpr, HAS_DDT: tl.constexpr,
+    T, H, D: tl.constexpr, HAS_DDT: tl.constexpr,
 ):
-    pid, b, h, rows, cols, tile, sbase = _program(H, D, RP)
-    W0 = w0 + h * RP * D + tile
-    W = tl.load(W0) + tl.load(dT + sbase + tile)
+    pid = tl.program_id(0)
+    b, h = pid // H, pid % H
+    R: tl.constexpr = 3 * D + 4
+    ry, rk, rq, rb, cols, ty, tk, tq, tb = _offsets(D)
+    w = w0 + h * R * D
+    sbase = pid.to(tl.int64) * R * D
+    Wy = tl.load(w + ty) + tl.load(dT + sbase + ty)
+    Wk = tl.load(w + tk) + tl.load(dT + sbase + tk)
+    Wq = tl.load(w + tq) + tl.load(dT + sbase + tq)
+    Wb = tl.load(w + tb) + tl.load(dT + sbase + tb)
     if HAS_DDT:
-        G = tl.load(ddT + sbase + tile)
+        Gy, Gk = tl.load(ddT + sbase + ty), tl.load(ddT + sbase + tk)
+        Gq, Gb = tl.load(ddT + sbase + tq), tl.load(ddT + sbase + tb)
     else:
-        G = tl.zeros([RP, D], dtype=tl.float32)
+        Gy, Gk, Gq = Wy * 0.0, Wk * 0.0, Wq * 0.0
+        Gb = Wb * 0.0
     # this program's part of dW0 (summed over b on the host) accumulates in memory, at each reset and at
-    # the start, from -dD_T (the output D_T = W_T - W0): a third register tile would spill at d = 64
-    tl.store(dw0 + sbase + tile, -G)
+    # the start, from -dD_T (the output D_T = W_T - W0)
+    gw = dw0 + sbase
+    tl.store(gw + ty, -Gy)
+    tl.store(gw + tk, -Gk)
+    tl.store(gw + tq, -Gq)
+    tl.store(gw + tb, -Gb)
     db = dbuf + pid.to(tl.int64) * 2 * D
     for i in range(T):
         t = T - 1 - i
         base = ((b * T + t) * H + h).to(tl.int64)
         pk = tl.load(ks + base * D + cols)
         pq = tl.load(qs + base * D + cols)
-        u = tl.load(us + base * RP + rows)
-        diff = tl.load(diffs + base * RP + rows)
-        rate, group = _rates(sg, base, rows, D)
-        W = W - u[:, None] * pk[None, :]  # W_{t-1} (after the reset)
-        # back through W_t = W + (rate (W φ(q) - W φ(k))) ⊗ φ(k)
-        du = tl.sum(G * pk[None, :], axis=1)
-        dpk = tl.sum(G * u[:, None], axis=0)
-        ddiff = du * rate
-        dpq = tl.sum(W * ddiff[:, None], axis=0)
-        dpk -= dpq
-        drate = du * diff
-        # do = dL/d(W x): dy on the y rows, the softmax backward of dφ(k), dφ(q) on the k, q rows
-        # (through memory, from columns to rows) and σ'(β) times the rate gradient on the β rows
+        rate = tl.load(sg + base * 4 + tl.arange(0, 4))
+        ry_, rk_, rq_, rb_ = _pick(rate, 0), _pick(rate, 1), _pick(rate, 2), _pick(rate, 3)
+        fy, fk = tl.load(diffs + base * R + ry), tl.load(diffs + base * R + rk)
+        fq, fb = tl.load(diffs + base * R + rq), tl.load(diffs + base * R + rb)
+        uy, uk, uq, ub = ry_ * fy, rk_ * fk, rq_ * fq, rb_ * fb
+        Wy -= uy[:, None] * pk[None, :]  # W_{t-1} (after the reset)
+        Wk -= uk[:, None] * pk[None, :]
+        Wq -= uq[:, None] * pk[None, :]
+        Wb -= ub[:, None] * pk[None, :]
+        dry, ddy, dpk, dpq = _tile_bwd(Wy, Gy, uy, fy, ry_, pk, pq)
+        drk, ddk, dpk_, dpq_ = _tile_bwd(Wk, Gk, uk, fk, rk_, pk, pq)
+        dpk += dpk_
+        dpq += dpq_
+        drq, ddq, dpk_, dpq_ = _tile_bwd(Wq, Gq, uq, fq, rq_, pk, pq)
+        dpk += dpk_
+        dpq += dpq_
+        drb, ddb, dpk_, dpq_ = _tile_bwd(Wb, Gb, ub, fb, rb_, pk, pq)
+        dpk += dpk_ - (dpq + dpq_)  # diff = W φ(q) - W φ(k)
+        dpq += dpq_
+        # do = dL/d(W x) per row group: dy; the softmax backward of dφ(k), dφ(q) (through memory, from
+        # column to row space); σ'(β) times each rate's gradient on the β rows
         tl.store(db + cols, pk * (dpk - tl.sum(pk * dpk, axis=0)))
         tl.store(db + D + cols, pq * (dpq - tl.sum(pq * dpq, axis=0)))
         tl.debug_barrier()
-        kq = (rows >= D) & (rows < 3 * D)
-        do = tl.load(dy + base * D + rows, mask=rows < D, other=0.0).to(tl.float32)
-        do += tl.load(db + tl.where(kq, rows - D, 0), mask=kq, other=0.0)
+        do_k = tl.load(db + ry)
+        do_q = tl.load(db + D + ry)
         tl.debug_barrier()
-        for g in tl.static_range(4):
-            s = tl.load(sg + base * 4 + g)
-            do += tl.where(rows == 3 * D + g, tl.sum(tl.where(group == g, drate, 0.0), axis=0) * s * (1.0 - s), 0.0)
+        drate = tl.where(tl.arange(0, 4) == 0, dry, tl.where(tl.arange(0, 4) == 1, drk,
+                                                             tl.where(tl.arange(0, 4) == 2, drq, drb)))
+        do_b = drate * rate * (1.0 - rate)
+        do_y = tl.load(dy + base * D + ry).to(tl.float32)
         xt = tl.load(x + base * D + cols).to(tl.float32)
-        tl.store(dx + base * D + cols, tl.sum(W * do[:, None], axis=0).to(dx.dtype.element_ty))
-        G += ddiff[:, None] * (pq - pk)[None, :] + do[:, None] * xt[None, :]
+        dxt = (tl.sum(Wy * do_y[:, None], axis=0) + tl.sum(Wk * do_k[:, None], axis=0)
+               + tl.sum(Wq * do_q[:, None], axis=0) + tl.sum(Wb * do_b[:, None], axis=0))
+        tl.store(dx + base * D + cols, dxt.to(dx.dtype.element_ty))
+        c = (pq - pk)[None, :]
+        Gy += ddy[:, None] * c + do_y[:, None] * xt[None, :]
+        Gk += ddk[:, None] * c + do_k[:, None] * xt[None, :]
+        Gq += ddq[:, None] * c + do_q[:, None] * xt[None, :]
+        Gb += ddb[:, None] * c + do_b[:, None] * xt[None, :]
         if tl.load(done + b * T + t) != 0:
             # W_{t-1} was W0: its gradient goes to W0, none flows further back; rebuild the state
             # before the reset from the writes since the previous reset (or D0)
-            tl.store(dw0 + sbase + tile, tl.load(dw0 + sbase + tile) + G)
-            G = G * 0.0
-            W = tl.load(W0) + _state_before_reset(d0 + sbase + tile, True, us, ks, done, seg, b, h, t, T, H,
-                                                  RP, D, rows, cols)
-    tl.store(dd0 + sbase + tile, G)
-    tl.store(dw0 + sbase + tile, tl.load(dw0 + sbase + tile) + G)
+            tl.store(gw + ty, tl.load(gw + ty) + Gy)
+            tl.store(gw + tk, tl.load(gw + tk) + Gk)
+            tl.store(gw + tq, tl.load(gw + tq) + Gq)
+            tl.store(gw + tb, tl.load(gw + tb) + Gb)
+            Gy, Gk, Gq, Gb = Gy * 0.0, Gk * 0.0, Gq * 0.0, Gb * 0.0
+            sd = d0 + sbase
+            Wy = tl.load(w + ty) + _state_before_reset(sd + ty, True, us, ks, done, seg, b, h, t, T, H, R, D, ry, cols)
+            Wk = tl.load(w + tk) + _state_before_reset(sd + tk, True, us, ks, done, seg, b, h, t, T, H, R, D, rk, cols)
+            Wq = tl.load(w + tq) + _state_before_reset(sd + tq, True, us, ks, done, seg, b, h, t, T, H, R, D, rq, cols)
+            Wb = tl.load(w + tb) + _state_before_reset(sd + tb, True, us, ks, done, seg, b, h, t, T, H, R, D, rb, cols)
+    out = dd0 + sbase
+    tl.store(out + ty, Gy)
+    tl.store(out + tk, Gk)
+    tl.store(out + tq, Gq)
+    tl.store(out + tb, Gb)
+    tl.store(gw + ty, tl.load(gw + ty) + Gy)
+    tl.store(gw + tk, tl.load(gw + tk) + Gk)
+    tl.store(gw + tq, tl.load(gw + tq) + Gq)
+    tl.store(gw + tb, tl.load(gw + tb) + Gb)
+
+
+def bwd_warps(d: int) -> int:
+    """Warps of the backward kernel: at most 8, whose 255-register limit holds W and G (two (3d+4)×d fp32
+    tiles) without spills up to d = 64; 16 warps cap a thread at 128 registers and spill there."""
+    return min(pick_warps(2 * srwm_rows(d) * d), 8)
 
 
 class FusedSRWM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, W0, done, D0):
         B, T, H, D = x.shape
-        R, RP = srwm_rows(D), triton.next_power_of_2(srwm_rows(D))
+        R = srwm_rows(D)
         f32 = dict(device=x.device, dtype=torch.float32)
-        w0 = torch.nn.functional.pad(W0.float(), (0, 0, 0, RP - R)).contiguous()
-        d0 = torch.nn.functional.pad(D0.float(), (0, 0, 0, RP - R)).contiguous()
+        w0, d0 = W0.float().contiguous(), D0.contiguous()
         done8 = done.to(torch.int8).contiguous()
         y = torch.empty(B, T, H, D, device=x.device, dtype=x.dtype)
-        dT = torch.empty(B, H, RP, D, **f32)
-        us, diffs = torch.empty(B, T, H, RP, **f32), torch.empty(B, T, H, RP, **f32)
+        dT = torch.empty(B, H, R, D, **f32)
+        us, diffs = torch.empty(B, T, H, R, **f32), torch.empty(B, T, H, R, **f32)
         ks, qs, sg = torch.empty(B, T, H, D, **f32), torch.empty(B, T, H, D, **f32), torch.empty(B, T, H, 4, **f32)
-        obuf = torch.empty(B * H, RP, **f32)
-        _srwm_fwd_kernel[(B * H,)](x, w0, d0, done8, y, dT, us, diffs, ks, qs, sg, obuf, T, H, D=D, RP=RP,
-                                   num_warps=pick_warps(RP * D))
+        obuf = torch.empty(B * H, 2 * D, **f32)
+        _srwm_fwd_kernel[(B * H,)](x, w0, d0, done8, y, dT, us, diffs, ks, qs, sg, obuf, T, H, D=D,
+                                   num_warps=pick_warps(R * D))
         ctx.save_for_backward(x, w0, d0, done8, dT, us, diffs, ks, qs, sg)
         ctx.dtypes = (W0.dtype, D0.dtype)
-        return y, dT[:, :, :R].to(D0.dtype)
+        return y, dT.to(D0.dtype)
 
     @staticmethod
     def backward(ctx, dy, ddT):
         x, w0, d0, done8, dT, us, diffs, ks, qs, sg = ctx.saved_tensors
         B, T, H, D = x.shape
-        R, RP = srwm_rows(D), w0.shape[1]
         f32 = dict(device=x.device, dtype=torch.float32)
         dy = torch.zeros_like(x) if dy is None else dy.contiguous()
         has_ddT = ddT is not None
-        ddT = torch.nn.functional.pad(ddT.float(), (0, 0, 0, RP - R)).contiguous() if has_ddT else dT
+        ddT = ddT.float().contiguous() if has_ddT else dT
         dx = torch.empty_like(x)
-        dw0, dd0 = torch.empty(B, H, RP, D, **f32), torch.empty(B, H, RP, D, **f32)
+        dw0, dd0 = torch.empty_like(dT), torch.empty_like(dT)
         dbuf = torch.empty(B * H, 2 * D, **f32)
         _srwm_bwd_kernel[(B * H,)](x, w0, d0, done8, seg_start(done8.bool()), dT, us, diffs, ks, qs, sg, dy, ddT,
-                                   dx, dw0, dd0, dbuf, T, H, D=D, RP=RP, HAS_DDT=has_ddT,
-                                   num_warps=pick_warps(2 * RP * D))
+                                   dx, dw0, dd0, dbuf, T, H, D=D, HAS_DDT=has_ddT,
+                                   num_warps=bwd_warps(D))
         w0_dtype, d0_dtype = ctx.dtypes
-        return dx, dw0[:, :, :R].sum(0).to(w0_dtype), None, dd0[:, :, :R].to(d0_dtype)
+        return dx, dw0.sum(0).to(w0_dtype), None, dd0.to(d0_dtype)
 
 
 def fused_recurrent_srwm(x, W0, done=None, D0=None):
@@ -204,17 +277,16 @@ def fused_recurrent_srwm(x, W0, done=None, D0=None):
 
 def compile_specs(d, KernelSpec, sig, dtype="fp32"):
     """The forward and backward kernels at head size d."""
-    rp = triton.next_power_of_2(srwm_rows(d))
     x = f"*{dtype}"
-    lab = f"d={d} rows={srwm_rows(d)}->{rp} {dtype}"
+    lab = f"d={d} rows={srwm_rows(d)} {dtype}"
     return [
         KernelSpec("srwm_fwd", _srwm_fwd_kernel,
-                   sig(f"x:{x},w0:*fp32,d0:*fp32,done:*i8,y:{x},dT:*fp32,us:*fp32,diffs:*fp32,ks:*fp32,qs:*fp32,"
-                       "sg:*fp32,obuf:*fp32,T:i32,H:i32,D:constexpr,RP:constexpr"),
-                   dict(D=d, RP=rp), pick_warps(rp * d), lab),
+                   sig(f"x:{x},w0:*fp32,d0:{x},done:*i8,y:{x},dT:*fp32,us:*fp32,diffs:*fp32,ks:*fp32,qs:*fp32,"
+                       "sg:*fp32,obuf:*fp32,T:i32,H:i32,D:constexpr"),
+                   dict(D=d), pick_warps(srwm_rows(d) * d), lab),
         KernelSpec("srwm_bwd", _srwm_bwd_kernel,
-                   sig(f"x:{x},w0:*fp32,d0:*fp32,done:*i8,seg:*i32,dT:*fp32,us:*fp32,diffs:*fp32,ks:*fp32,qs:*fp32,"
+                   sig(f"x:{x},w0:*fp32,d0:{x},done:*i8,seg:*i32,dT:*fp32,us:*fp32,diffs:*fp32,ks:*fp32,qs:*fp32,"
                        f"sg:*fp32,dy:{x},ddT:*fp32,dx:{x},dw0:*fp32,dd0:*fp32,dbuf:*fp32,T:i32,H:i32,D:constexpr,"
-                       "RP:constexpr,HAS_DDT:constexpr"),
-                   dict(D=d, RP=rp, HAS_DDT=True), pick_warps(2 * rp * d), lab),
+                       "HAS_DDT:constexpr"),
+                   dict(D=d, HAS_DDT=True), bwd_warps(d), lab),
     ]
