@@ -405,22 +405,21 @@ def pick_bv(dk: int, dv: int, c: int = 16) -> int:
 
 
 def pick_warps(dk: int, bv: int, c: int, precision: str = "tf32", sequential: bool = False,
-               gated_dqk: bool = False) -> int:
+               gated: bool = False) -> int:
     """Warps per program, chosen from the sm_80/sm_90 compile sweep (cuda/NOTES.md): fewest without spills.
 
     Exact fp32 ("ieee") products are FMA loops that hold whole operand rows/columns per thread, so
-    they take 8 warps except in the small sequential passes. The gated-delta dqk kernel carries three
-    more accumulators and two more products per value block: 8 warps (4 spill at d = 64 in tf32)."""
-    if c > 32 or gated_dqk:
+    they take 8 warps except in the small sequential passes. Gated delta's kernels carry the decays and
+    dqk three more accumulators: 8 warps (4 spill once or more at d = 32 or 64)."""
+    if c > 32 or gated:
         return 8
     if precision == "ieee":
         return 8 if (not sequential or dk * c >= 1024) else 4
     return 8 if (c == 32 and not sequential) else 4
 
 
-def pick_stages(c: int, gated: bool = False) -> int:
-    """Software-pipelining stages; gated delta takes 2 (3 spill once in the sm_90 state pass at d = 32)."""
-    return 3 if c <= 32 and not gated else 2
+def pick_stages(c: int) -> int:
+    return 3 if c <= 32 else 2
 
 
 DEFAULT_CHUNK = 16  # C=64 still spills in some builds (cuda/NOTES.md)
@@ -442,8 +441,8 @@ class ChunkDeltaRule(torch.autograd.Function):
         has_g = gk is not None
         gk = gk if has_g else beta  # a placeholder pointer, never read
         cx = dict(DK=DK, DV=DV, BV=bv, C=C, PREC=precision, HAS_G=has_g)
-        launch = dict(num_warps=pick_warps(DK, bv, C, precision), num_stages=pick_stages(C, has_g))
-        seq = dict(launch, num_warps=pick_warps(DK, bv, C, precision, sequential=True))
+        launch = dict(num_warps=pick_warps(DK, bv, C, precision, gated=has_g), num_stages=pick_stages(C))
+        seq = dict(launch, num_warps=pick_warps(DK, bv, C, precision, sequential=True, gated=has_g))
         _chunk_prep_kernel[(NT, B * H)](k, v, beta, gk, cseg, tinv, wm, u, T, H, **cx, **launch)
         wT = torch.empty(B, H, DV, DK, **f32)
         ckpt = torch.empty(B, H, NT, DV, DK, **f32)
@@ -475,8 +474,8 @@ class ChunkDeltaRule(torch.autograd.Function):
         dckpt = torch.empty(B, H, NT, DV, DK, **f32)
         du = torch.empty(B, T, H, DV, **f32)
         cx = dict(DK=DK, DV=DV, BV=bv, C=C, PREC=precision, HAS_G=has_g)
-        launch = dict(num_warps=pick_warps(DK, bv, C, precision), num_stages=pick_stages(C, has_g))
-        seq = dict(launch, num_warps=pick_warps(DK, bv, C, precision, sequential=True))
+        launch = dict(num_warps=pick_warps(DK, bv, C, precision, gated=has_g), num_stages=pick_stages(C))
+        seq = dict(launch, num_warps=pick_warps(DK, bv, C, precision, sequential=True, gated=has_g))
         _chunk_bwd_prep_kernel[(NT, B * H)](q, k, gk, cseg, dy, du, T, H, **cx, **launch)
         _chunk_bwd_kernel[(nv, B * H)](
             q, k, gk, cseg, wm, dy, dwT, dckpt, du, dw0, T, H, **cx, HAS_DWT=has_dwT, **seq,
@@ -492,7 +491,7 @@ class ChunkDeltaRule(torch.autograd.Function):
         dg = torch.empty_like(gk) if has_g else dbeta
         _chunk_bwd_dqk_kernel[(NT, B * H)](
             q, k, beta, gk, cseg, tinv, ckpt, dckpt, u, du, dy, dyu_s, dab_s, dbe_f, dg_f, dq, dk, dbeta, dg,
-            T, H, **cx, **dict(launch, num_warps=pick_warps(DK, bv, C, precision, gated_dqk=has_g)),
+            T, H, **cx, **launch,
         )
         return (dq, dk, dv, dbeta, dg if has_g else None, dw0.to(w0_dtype) if has_w0 else None,
                 None, None, None, None)
@@ -533,14 +532,14 @@ def compile_specs(d, KernelSpec, sig, chunk_size=DEFAULT_CHUNK, precision=None, 
         precision = "ieee" if dtype == "fp32" else "tf32"
     x = f"*{dtype}"
     bv = pick_bv(d, d, chunk_size)
-    w = pick_warps(d, bv, chunk_size, precision)
-    ws = pick_warps(d, bv, chunk_size, precision, sequential=True)
+    ns = pick_stages(chunk_size)
     tail = "T:i32,H:i32,DK:constexpr,DV:constexpr,BV:constexpr,C:constexpr"
     specs = []
     for has_g, kind in ((False, "delta"), (True, "gated_delta")):
         lab = f"d={d} C={chunk_size} BV={bv} {precision} {dtype}"
-        ns = pick_stages(chunk_size, has_g)
         cx = dict(DK=d, DV=d, BV=bv, C=chunk_size, PREC=precision, HAS_G=has_g)
+        w = pick_warps(d, bv, chunk_size, precision, gated=has_g)
+        ws = pick_warps(d, bv, chunk_size, precision, sequential=True, gated=has_g)
         end = "PREC:constexpr,HAS_G:constexpr"
         specs += [
             KernelSpec(f"chunk_{kind}_prep", _chunk_prep_kernel,
@@ -568,6 +567,6 @@ def compile_specs(d, KernelSpec, sig, chunk_size=DEFAULT_CHUNK, precision=None, 
                        sig(f"q:{x},k:{x},beta:{x},gk:{x},cseg:*i32,tinv:*fp32,ckpt:*fp32,dckpt:*fp32,u:*fp32,"
                            f"du:*fp32,dy:{x},dyu_s:*fp32,dab_s:*fp32,dbe_f:*fp32,dg_f:*fp32,dq:{x},dk:{x},dbeta:{x},"
                            f"dg:{x},{tail},{end}"),
-                       dict(cx), pick_warps(d, bv, chunk_size, precision, gated_dqk=has_g), lab, ns),
+                       dict(cx), w, lab, ns),
         ]
     return specs

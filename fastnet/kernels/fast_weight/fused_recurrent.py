@@ -83,6 +83,7 @@ def _fw_fwd_kernel(
         W = tl.load(w0 + sbase + tile).to(tl.float32)
     else:
         W = tl.zeros([BV, DK], dtype=tl.float32)
+    ckpt_row = ckpt + pid_bh.to(tl.int64) * ((T + CHUNK - 1) // CHUNK) * DV * DK
     for t in range(T):
         base = ((b * T + t) * H + h).to(tl.int64)
         kt = tl.load(k + base * DK + cols).to(tl.float32)
@@ -99,8 +100,7 @@ def _fw_fwd_kernel(
             W += u[:, None] * kt[None, :]
         else:
             if t % CHUNK == 0:
-                c = t // CHUNK
-                tl.store(ckpt + (pid_bh.to(tl.int64) * ((T + CHUNK - 1) // CHUNK) + c) * DV * DK + tile, W)
+                tl.store(ckpt_row + (t // CHUNK) * DV * DK + tile, W)
             bt = tl.load(beta + base).to(tl.float32)
             if RULE == 2:
                 W = (1.0 - bt) * W + (bt * vt)[:, None] * kt[None, :]
