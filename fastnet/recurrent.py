@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from fastnet.kernels import supported
+from fastnet.kernels._common import SRWM_HEAD_SIZES
 from fastnet.kernels.dispatch import use_triton
 from fastnet.kernels.recurrent_cores.naive import (delta_rnn_reference, delta_rnn_step, rec_delta_reference,
                                                    rec_delta_step)
@@ -85,7 +86,7 @@ def srwm_sequence(x: Tensor, W0: Tensor, done: Tensor, D0: Tensor) -> tuple[Tens
     """The self-referential weight matrix (Irie et al. 2022, Eqs. 5-8) over [T,B,H,d] inputs, from the
     carried state D0 = W - W0 [B,H,3d+4,d]; returns (y [T,B,H,d], D_T). Where ``done`` is set, W resets to
     the learned W0 [H,3d+4,d]. See :mod:`fastnet.kernels.srwm.naive`."""
-    if use_triton("srwm", x, supported(x, x.shape[-1])):
+    if use_triton("srwm", x, supported(x, x.shape[-1]) and x.shape[-1] in SRWM_HEAD_SIZES):
         from fastnet.kernels import fused_recurrent_srwm
 
         y, D = fused_recurrent_srwm(x.transpose(0, 1), W0, done.transpose(0, 1), D0)

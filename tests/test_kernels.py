@@ -400,6 +400,13 @@ def test_unsupported_head_size(dk, dv):
         kernels.fused_recurrent_rec_delta(x, x, x, b, *(torch.zeros(1, bad, bad, device=DEV),) * 3, torch.zeros(1, bad, device=DEV))
 
 
+def test_srwm_kernel_head_sizes():
+    """The srwm kernel takes d = 16, 32 (its backward would spill at 64 on sm_80); larger heads raise."""
+    x = torch.zeros(1, 2, 1, 64, device=DEV)
+    with pytest.raises(ValueError, match=r"allowed sizes are \[16, 32\]"):
+        kernels.fused_recurrent_srwm(x, torch.zeros(1, 196, 64, device=DEV))
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float64, torch.int32])
 def test_unsupported_dtype(dtype):
     q = torch.zeros(1, 2, 1, 16, device=DEV, dtype=dtype)
@@ -457,8 +464,8 @@ def _check_reports(reports):
     assert not bad, f"register spills at d<=64: {[(r['name'], r['label'], r['arch']) for r in bad]}"
 
 
-def test_compiles_sm80_sm90_d64(tmp_path):
-    _check_reports(_compile_reports("64", tmp_path))
+def test_compiles_sm80_sm90_d32_d64(tmp_path):
+    _check_reports(_compile_reports("32,64", tmp_path))  # the srwm kernel takes d <= 32 only
 
 
 @pytest.mark.slow

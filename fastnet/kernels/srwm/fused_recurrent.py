@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fastnet.kernels._common import check_device, check_dtype, check_head_size, seg_start
+from fastnet.kernels._common import SRWM_HEAD_SIZES, check_device, check_dtype, check_head_size, seg_start
 from fastnet.kernels.fast_weight.fused_recurrent import _state_before_reset
 from fastnet.kernels.recurrent_cores.fused_recurrent import _softmax, pick_warps
 from fastnet.kernels.srwm.naive import srwm_rows
@@ -203,12 +203,6 @@ def _srwm_bwd_kernel(
     tl.store(gw + tb, tl.load(gw + tb) + Gb)
 
 
-def bwd_warps(d: int) -> int:
-    """Warps of the backward kernel: at most 8, whose 255-register limit holds W and G (two (3d+4)×d fp32
-    tiles) without spills up to d = 64; 16 warps cap a thread at 128 registers and spill there."""
-    return min(pick_warps(2 * srwm_rows(d) * d), 8)
-
-
 class FusedSRWM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, W0, done, D0):
@@ -241,7 +235,7 @@ class FusedSRWM(torch.autograd.Function):
         dbuf = torch.empty(B * H, 2 * D, **f32)
         _srwm_bwd_kernel[(B * H,)](x, w0, d0, done8, seg_start(done8.bool()), dT, us, diffs, ks, qs, sg, dy, ddT,
                                    dx, dw0, dd0, dbuf, T, H, D=D, HAS_DDT=has_ddT,
-                                   num_warps=bwd_warps(D))
+                                   num_warps=pick_warps(2 * srwm_rows(D) * D))
         w0_dtype, d0_dtype = ctx.dtypes
         return dx, dw0.sum(0).to(w0_dtype), None, dd0.to(d0_dtype)
 
@@ -250,7 +244,7 @@ def fused_recurrent_srwm(x, W0, done=None, D0=None):
     """The self-referential weight matrix over a batch-major sequence (see ``naive.srwm_reference``).
 
     Args:
-        x: [B,T,H,d] (d in 16, 32, 64, 128), fp32 or bf16; W0: [H,3d+4,d], the learned initial matrix;
+        x: [B,T,H,d] (d in 16, 32: see ``SRWM_HEAD_SIZES``), fp32 or bf16; W0: [H,3d+4,d], the learned initial matrix;
         done: [B,T] bool or None; where set, W resets to W0 before that step;
         D0: [B,H,3d+4,d], the carried state W - W0 (zeros if None).
     Returns:
@@ -259,7 +253,7 @@ def fused_recurrent_srwm(x, W0, done=None, D0=None):
     if x.dim() != 4:
         raise ValueError(f"x must be [B,T,H,d], got {list(x.shape)}")
     B, T, H, D = x.shape
-    check_head_size("d", D)
+    check_head_size("d", D, SRWM_HEAD_SIZES)
     R = srwm_rows(D)
     for name, t, shape in (("x", x, (B, T, H, D)), ("W0", W0, (H, R, D)), ("D0", D0, (B, H, R, D))):
         if t is None:
@@ -276,7 +270,9 @@ def fused_recurrent_srwm(x, W0, done=None, D0=None):
 
 
 def compile_specs(d, KernelSpec, sig, dtype="fp32"):
-    """The forward and backward kernels at head size d."""
+    """The forward and backward kernels at head size d (none outside SRWM_HEAD_SIZES)."""
+    if d not in SRWM_HEAD_SIZES:
+        return []
     x = f"*{dtype}"
     lab = f"d={d} rows={srwm_rows(d)} {dtype}"
     return [
@@ -288,5 +284,5 @@ def compile_specs(d, KernelSpec, sig, dtype="fp32"):
                    sig(f"x:{x},w0:*fp32,d0:{x},done:*i8,seg:*i32,dT:*fp32,us:*fp32,diffs:*fp32,ks:*fp32,qs:*fp32,"
                        f"sg:*fp32,dy:{x},ddT:*fp32,dx:{x},dw0:*fp32,dd0:*fp32,dbuf:*fp32,T:i32,H:i32,D:constexpr,"
                        "HAS_DDT:constexpr"),
-                   dict(D=d, HAS_DDT=True), bwd_warps(d), lab),
+                   dict(D=d, HAS_DDT=True), pick_warps(2 * srwm_rows(d) * d), lab),
     ]
