@@ -78,8 +78,8 @@ def main() -> int:
             err = max(relative_errors(got, outputs_and_grads(case.reference, [x.double() for x in inputs], done)))
             failed += not err < CHECK_TOL
             leaves = [x.to(dtype).requires_grad_(True) for x in inputs]
-            ms = {"kernel": _time(lambda *xs: case.kernel(*xs, done), leaves)[0]}
-            ms["reference"] = _time(lambda *xs: case.reference(*xs, done),
+            ms = {"kernel": _time(lambda *xs, f=case.kernel, d=done: f(*xs, d), leaves)[0]}
+            ms["reference"] = _time(lambda *xs, f=case.reference, d=done: f(*xs, d),
                                     [x.float().requires_grad_(True) for x in inputs])[0]
             if (op, variant) in fla:
                 ms["fla"] = _time(fla[(op, variant)], leaves)[0]

@@ -26,7 +26,10 @@ TRITON_INTERPRET=1 (the Triton interpreter; slow, for tests).
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
+from torch import Tensor
 
 from fastnet.kernels._common import DTYPES, HEAD_SIZES, require_cuda
 from fastnet.kernels.dispatch import kernel_mode, self_check, set_kernel_mode
@@ -69,7 +72,8 @@ def chunk_delta_rule(q, k, v, beta, initial_state=None, done=None, **kw):
     return f(q, k, v, beta, initial_state, done, **kw)
 
 
-def delta_rule(q, k, v, beta, initial_state=None, done=None, mode="auto"):
+def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, initial_state: Optional[Tensor] = None,
+               done: Optional[Tensor] = None, mode: str = "auto") -> tuple[Tensor, Tensor]:
     """Delta rule over a batch-major sequence; mode "fused", "chunk" or "auto".
 
     "auto" takes the chunked kernel when T >= CHUNK_MIN_T (256) and the fused recurrent kernel otherwise.
@@ -78,7 +82,9 @@ def delta_rule(q, k, v, beta, initial_state=None, done=None, mode="auto"):
     return gated_delta_rule(q, k, v, beta, None, initial_state, done, mode)
 
 
-def gated_delta_rule(q, k, v, beta, g=None, initial_state=None, done=None, mode="auto"):
+def gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Optional[Tensor] = None,
+                     initial_state: Optional[Tensor] = None, done: Optional[Tensor] = None,
+                     mode: str = "auto") -> tuple[Tensor, Tensor]:
     """Gated DeltaNet (Yang et al. 2025, Eq. 10) over a batch-major sequence:
     W_t = exp(g_t) W_{t-1} + β_t (v_t - exp(g_t) W_{t-1} k_t) ⊗ k_t, y_t = W_t q_t.
     ``g`` [B,T,H] is the log-decay (None: no decay, the delta rule). mode as :func:`delta_rule`."""
@@ -90,7 +96,10 @@ def gated_delta_rule(q, k, v, beta, g=None, initial_state=None, done=None, mode=
                                        g=g)
 
 
-def fused_recurrent_srwm(x, W0, done=None, D0=None):
+def fused_recurrent_srwm(x: Tensor, W0: Tensor, done: Optional[Tensor] = None,
+                         D0: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+    """The self-referential weight matrix (Irie et al. 2022, Eqs. 5-8) by the fused recurrent kernel; see
+    :func:`fastnet.kernels.srwm.fused_recurrent.fused_recurrent_srwm`."""
     from fastnet.kernels.srwm.fused_recurrent import fused_recurrent_srwm as f
 
     return f(x, W0, done, D0)

@@ -240,7 +240,8 @@ class FusedSRWM(torch.autograd.Function):
         return dx, dw0.sum(0).to(w0_dtype), None, dd0.to(d0_dtype)
 
 
-def fused_recurrent_srwm(x, W0, done=None, D0=None):
+def fused_recurrent_srwm(x: torch.Tensor, W0: torch.Tensor, done: torch.Tensor | None = None,
+                         D0: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The self-referential weight matrix over a batch-major sequence (see ``naive.srwm_reference``).
 
     Args:
