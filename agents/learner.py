@@ -27,7 +27,7 @@ from agents.config import check, core_section, env_section, from_dict, options
 from agents.errors import ConfigError
 from agents.logger import Logger, RecentMean
 from agents.network import AgentNet, MLPNetworkConfig, NetworkConfig, ResNetNetworkConfig
-from agents.training import OptimConfig, RunConfig, Trainer, resolve_device
+from agents.training import OptimConfig, RunConfig, Trainer, configure_kernels, resolve_device
 from agents.vtrace import impala_losses, total_loss
 
 
@@ -219,6 +219,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
     check_config(cfg)
     device = resolve_device(cfg.run.device)
+    configure_kernels(cfg.run.kernels, device)
     if cfg.run.num_threads:
         torch.set_num_threads(cfg.run.num_threads)
     torch.manual_seed(cfg.run.seed)

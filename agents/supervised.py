@@ -8,8 +8,11 @@ Model (``model.kind = retrieval_memory``, retrieval tasks only): the fwp-linear-
 query, with k = W_K [e(k); v], q = W_Q e(q), the value the one-hot v ∈ R^S and the read
 v̂ = W φ(q) compared with the target directly (no output layer). ``memory = fast_weight``
 uses the core's feature map / normalisation / update rule (``core`` linear -> sum rule,
-delta -> delta rule, overridable with ``--core.update_rule``); ``memory = softmax`` is the
-softmax-attention reference (v̂ = Σ_i softmax(q·k_i) v_i).
+delta -> delta rule, overridable with ``--core.update_rule``); ``core`` gated_delta / delta_product
+write with their rule instead (L2-normalised keys, no φ; the decay α_t and the n_h keys and rates
+per pair from W_K, W_β, W_a on [e(k); v], every write with the pair's value v; see
+:class:`HouseholderRetrievalMemory`); ``memory = softmax`` is the softmax-attention reference
+(v̂ = Σ_i softmax(q·k_i) v_i).
 
 Training: Adam, linear learning-rate warm-up, gradient-norm clipping (the update, its guard
 against non-finite losses and the checkpoints are :class:`agents.training.Trainer`'s),
@@ -39,10 +42,11 @@ from agents.checkpoint import atomic_save, atomic_write_text
 from agents.config import check, core_section, options, task_section
 from agents.errors import ConfigError
 from agents.logger import Logger
-from agents.training import OptimConfig, RunConfig, Trainer, resolve_device
+from agents.training import OptimConfig, RunConfig, Trainer, configure_kernels, resolve_device
 from envs.tasks import Batch, Task, make_task
 from fastnet import make_core
 from fastnet.feature_maps import FeatureMap
+from fastnet.rules import householder_sequence
 
 
 # --- config ------------------------------------------------------------------------------
@@ -51,7 +55,7 @@ class ModelConfig:
     """The model around the core."""
 
     kind: Literal["auto", "stack", "retrieval_memory"] = "auto"
-    """stack: embedding, core, linear; retrieval_memory: §6.1's memory; auto: that for retrieval with linear/delta."""
+    """stack: embedding, core, linear; retrieval_memory: §6.1's memory; auto: that for retrieval (fast-weight cores)."""
     embedding_size: PositiveInt = 128
     """Embedding size per input field (stack); size of e(k) (retrieval_memory)."""
     key_size: PositiveInt = 64
@@ -216,19 +220,59 @@ class RetrievalMemory(nn.Module):
         return out, state, {}
 
 
+class HouseholderRetrievalMemory(RetrievalMemory):
+    """The retrieval memory written by Gated DeltaNet / DeltaProduct (``fastnet.rules.householder_sequence``):
+    per (k, v) pair, n_h L2-normalised keys W_K [e(k); v], rates β = σ(W_β [e(k); v]) (2σ with negative
+    eigenvalues), each write with the value v, after the decay α = exp(-exp(A_log) softplus(w_a·[e(k); v] + b))
+    when ``gated``; the read is W q with q = normalise(W_Q e(q))."""
+
+    def __init__(self, task: Task, embedding_size: int, key_size: int, num_householder: int, gated: bool,
+                 negative_eigenvalues: bool):
+        super().__init__(task, embedding_size, key_size, "fast_weight", "delta", "identity", "none", 1, 1)
+        self.n, self.gated, self.beta_scale = num_householder, gated, 2.0 if negative_eigenvalues else 1.0
+        self.W_K = nn.Linear(embedding_size + self.S, num_householder * key_size, bias=False)
+        self.W_beta = nn.Linear(embedding_size + self.S, num_householder)
+        if gated:
+            self.W_a = nn.Linear(embedding_size + self.S, 1)
+            self.A_log = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x: Tensor, state: tuple, done: Tensor) -> tuple[Tensor, tuple, dict]:
+        keys, values, query = x[:-1, :, 0], x[:-1, :, 1], x[-1, :, 0]
+        L, B = keys.shape
+        v = F.one_hot(values, self.S + 1)[..., :self.S].float()           # [L,B,S]
+        kv = torch.cat([self.embed(keys), v], dim=-1)
+        k = F.normalize(self.W_K(kv).view(L, B, 1, self.n, -1), dim=-1)    # [L,B,1,n,dk]
+        q = F.normalize(self.W_Q(self.embed(query)), dim=-1)               # [B,dk]
+        beta = self.beta_scale * torch.sigmoid(self.W_beta(kv)).unsqueeze(2)   # [L,B,1,n]
+        g = -self.A_log.exp() * F.softplus(self.W_a(kv)) if self.gated else None  # [L,B,1]
+        values_n = v[:, :, None, None].expand(-1, -1, 1, self.n, -1)           # [L,B,1,n,S]
+        y, _ = householder_sequence(q.expand(L, B, -1).unsqueeze(2), k, values_n, beta, g,
+                                    torch.zeros(L, B, dtype=torch.bool, device=x.device))
+        out = torch.zeros(x.shape[0], B, self.S, device=x.device)
+        out[-1] = y[-1, :, 0]
+        return out, state, {}
+
+
+RETRIEVAL_CORES = ("linear", "delta", "gated_delta", "delta_product")
+
+
 def model_kind(cfg: Config, task: Task) -> str:
     if cfg.model.kind != "auto":
         return cfg.model.kind
     retrieval = task.spec.input_vocab is not None and len(task.spec.input_vocab) == 2
-    return "retrieval_memory" if retrieval and cfg.core.name in ("linear", "delta") else "stack"
+    return "retrieval_memory" if retrieval and cfg.core.name in RETRIEVAL_CORES else "stack"
 
 
 def build_model(cfg: Config, task: Task) -> nn.Module:
     if model_kind(cfg, task) == "stack":
         return SequenceModel(task, cfg.core.name, options(cfg.core), cfg.model.embedding_size)
-    check(cfg.core.name in ("linear", "delta"), "model.kind",
-          f"retrieval_memory takes core linear or delta, got {cfg.core.name!r}")
+    check(cfg.core.name in RETRIEVAL_CORES, "model.kind",
+          f"retrieval_memory takes core {', '.join(RETRIEVAL_CORES)}, got {cfg.core.name!r}")
     c = cfg.core
+    if c.name in ("gated_delta", "delta_product"):
+        return HouseholderRetrievalMemory(task, cfg.model.embedding_size, cfg.model.key_size,
+                                          getattr(c, "num_householder", 1), getattr(c, "gated", True),
+                                          getattr(c, "negative_eigenvalues", False))
     return RetrievalMemory(task, cfg.model.embedding_size, cfg.model.key_size, cfg.model.memory, c.update_rule,
                            c.feature_map, c.normalisation, c.dpfp_nu, c.favor_features)
 
@@ -318,6 +362,7 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
         torch.set_num_threads(cfg.run.num_threads)
     set_seed(cfg.run.seed)
     device = resolve_device(cfg.run.device)
+    configure_kernels(cfg.run.kernels, device)
     run_dir = cfg.resolved_run_dir()
     if task is None:
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Optional
 
 import torch
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
@@ -27,6 +27,7 @@ from fastnet.feature_maps import redraw_random_features
 # its sizes, the env, the lr, the seed, ...) is refused (agents.checkpoint.check_same_run). A
 # section name covers all of its keys.
 RESUMABLE = ("run.total_steps", "run.device", "run.run_dir", "run.num_threads", "run.resume", "run.keep_checkpoints",
+             "run.kernels",
              "actor.num_actors",
              "actor.start_method", "log", "checkpoint", "optim.grad_clip", "optim.max_nonfinite_steps",
              "train.max_steps", "train.max_epochs", "train.max_time_s", "train.eval_every", "train.eval_batch_size",
@@ -47,6 +48,8 @@ class RunConfig:
     """torch threads of the training process (0: torch's default)."""
     resume: bool = True
     """Resume from the run directory's checkpoint when it has one (false: start afresh there)."""
+    kernels: Optional[Literal["auto", "triton", "reference"]] = None
+    """Sequence kernels: auto (Triton on CUDA after a self-check), triton, reference; null: $DELTABEAST_KERNELS."""
     keep_checkpoints: PositiveInt = 2
     """Checkpoints kept besides milestones (the latest and those before it, for a resume to fall back on)."""
 
@@ -97,6 +100,22 @@ def resolve_device(name: str) -> torch.device:
     if device.type not in ("cpu", "cuda"):
         raise ConfigError(f"--run.device: {name!r} is not supported; use cpu, cuda, cuda:N or auto")
     return device
+
+
+def configure_kernels(mode: str | None, device: torch.device) -> None:
+    """Set the kernel mode (None: ``$DELTABEAST_KERNELS``, else auto) and, for auto on CUDA, run the
+    kernels' self-check now, at start-up, so that a kernel that fails is reported (one warning)
+    before training rather than at its first call."""
+    from fastnet.kernels import kernel_mode, self_check, set_kernel_mode
+
+    try:
+        if mode is not None:
+            set_kernel_mode(mode)
+        effective = kernel_mode()
+    except (ValueError, RuntimeError) as e:
+        raise ConfigError(f"--run.kernels: {e}") from None
+    if effective == "auto" and device.type == "cuda":
+        self_check(device)
 
 
 def build_optimizer(params: Any, cfg: OptimConfig, total_updates: float

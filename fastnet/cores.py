@@ -14,7 +14,8 @@ import torch
 from torch import Tensor, nn
 
 from fastnet.feature_maps import FeatureMapName
-from fastnet.layers import DeltaLSTMLayer, DeltaRNNLayer, FastWeightLayer, RecurrentDeltaLayer
+from fastnet.layers import (DeltaLSTMLayer, DeltaRNNLayer, FastWeightLayer, HouseholderLayer, RecurrentDeltaLayer,
+                            SRWMLayer)
 from fastnet.rules import RuleName
 from fastnet.state import State, reset_state, zeros_state
 
@@ -199,3 +200,70 @@ class DeltaLSTMCore(BlockStack):
 
     def make_layer(self) -> nn.Module:
         return DeltaLSTMLayer(self.config.hidden_size, self.config.num_heads, self.config.head_dim)
+
+
+@dataclass
+class GatedDeltaConfig(BlockConfig):
+    """Options of ``gated_delta``: the block sizes and the short convolution."""
+
+    conv_size: int = 4
+    """Width of the causal depthwise convolution (+ SiLU) on q, k, v; 0 turns it off."""
+
+
+class GatedDeltaNetCore(BlockStack):
+    """``gated_delta``: Gated DeltaNet (Yang, Kautz & Hatamizadeh, ICLR 2025, Eq. 10),
+    W_t = α_t W_{t-1}(I - β_t k_t k_tᵀ) + β_t v_t k_tᵀ, y_t = W_t q_t, with L2-normalised q, k and the
+    Mamba2 decay α_t = exp(-exp(A_log) softplus(W_a x_t + dt_bias)). See :class:`HouseholderLayer`."""
+
+    Config = GatedDeltaConfig
+
+    def make_layer(self) -> nn.Module:
+        c = self.config
+        return HouseholderLayer(c.hidden_size, c.num_heads, c.head_dim, 1, True, False, c.conv_size)
+
+
+@dataclass
+class DeltaProductConfig(BlockConfig):
+    """Options of ``delta_product``: the block sizes, n_h, the gate, the eigenvalue range, the convolution."""
+
+    num_householder: int = 2
+    """n_h: delta-rule writes (generalised Householder transitions) per token."""
+    gated: bool = False
+    """Decay the state by α_t (as in gated_delta) before each token's writes (Gated DeltaProduct)."""
+    negative_eigenvalues: bool = False
+    """β = 2σ(·) instead of σ(·): each transition's eigenvalues lie in [-1, 1] instead of [0, 1]."""
+    conv_size: int = 4
+    """Width of the causal depthwise convolution (+ SiLU) on q, k, v; 0 turns it off."""
+
+
+class DeltaProductCore(BlockStack):
+    """``delta_product``: DeltaProduct (Siems et al. 2025): n_h delta-rule writes per token,
+    W_{t,j} = W_{t,j-1} + β_{t,j}(v_{t,j} - W_{t,j-1} k_{t,j}) ⊗ k_{t,j}, from W_{t,0} = α_t W_{t-1}
+    (α ≡ 1 unless ``gated``), and one read y_t = W_{t,n_h} q_t. See :class:`HouseholderLayer`."""
+
+    Config = DeltaProductConfig
+
+    def make_layer(self) -> nn.Module:
+        c = self.config
+        return HouseholderLayer(c.hidden_size, c.num_heads, c.head_dim, c.num_householder, c.gated,
+                                c.negative_eigenvalues, c.conv_size)
+
+
+@dataclass
+class SRWMConfig(BlockConfig):
+    """Options of ``srwm``: the block sizes (the head size d sets each matrix to (3d+4)×d)."""
+
+
+class SRWMCore(BlockStack):
+    """``srwm``: the self-referential weight matrix (Irie, Schlag, Csordás & Schmidhuber, ICML 2022,
+    Eqs. 5-8), one self-modifying matrix per head (:class:`SRWMLayer`).
+
+    Resets differ from the other cores: the fast weights restart from the learned W_0, not from zero.
+    The state holds W_t - W_0, so the all-zero initial state and the shared reset rule (state times
+    1 - done) both mean W = W_0.
+    """
+
+    Config = SRWMConfig
+
+    def make_layer(self) -> nn.Module:
+        return SRWMLayer(self.config.hidden_size, self.config.num_heads, self.config.head_dim)

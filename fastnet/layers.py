@@ -13,8 +13,9 @@ import torch
 from torch import Tensor, nn
 
 from fastnet.feature_maps import FeatureMap
-from fastnet.recurrent import delta_lstm_step, delta_rnn_sequence, rec_delta_sequence
-from fastnet.rules import RuleName, fast_weight_sequence
+from fastnet.kernels.srwm.naive import srwm_rows
+from fastnet.recurrent import delta_lstm_step, delta_rnn_sequence, rec_delta_sequence, srwm_sequence
+from fastnet.rules import RuleName, fast_weight_sequence, householder_sequence
 from fastnet.state import State, reset_state, reset_steps
 
 
@@ -163,3 +164,113 @@ class DeltaLSTMLayer(nn.Module):
             state = (*fast, y, c)
             ys.append(y)
         return self.out(torch.stack(ys).reshape(T, B, -1)), state
+
+
+def causal_conv(x: Tensor, weight: Tensor, buffer: Tensor, done: Tensor) -> tuple[Tensor, Tensor]:
+    """Depthwise causal convolution over time that never looks across a reset.
+
+    out_t = Σ_{j<K} weight[:, K-1-j] ⊙ x_{t-j}, where x_{t-j} counts only if no reset falls in
+    (t-j, t]; the K-1 inputs before the sequence come from ``buffer``.
+
+    Args:
+        x: [T,B,C]; weight: [C,K]; buffer: [B,K-1,C] (the last K-1 inputs, zeros at an episode start);
+        done: [T,B] bool.
+    Returns:
+        out [T,B,C] and the new buffer [B,K-1,C] (inputs from before the last reset zeroed).
+    """
+    T, K = x.shape[0], weight.shape[1]
+    seq = torch.cat([buffer.transpose(0, 1), x])  # [K-1+T, B, C]
+    seg = torch.cat([done.new_zeros(K - 1, done.shape[1], dtype=torch.long), done.long().cumsum(0)])
+    out = x.new_zeros(x.shape)
+    for j in range(K):
+        same = (seg[K - 1 - j:K - 1 - j + T] == seg[K - 1:]).to(x.dtype).unsqueeze(-1)
+        out = out + weight[:, K - 1 - j] * seq[K - 1 - j:K - 1 - j + T] * same
+    keep = (seg[-(K - 1):] == seg[-1]).to(x.dtype).unsqueeze(-1)
+    return out, (seq[-(K - 1):] * keep).transpose(0, 1)
+
+
+class HouseholderLayer(nn.Module):
+    """Gated DeltaNet (Yang, Kautz & Hatamizadeh, ICLR 2025, Eq. 10) and DeltaProduct (Siems et al.
+    2025) sublayer: per step a decay, then ``num_householder`` = n_h delta-rule writes, then a read
+    (:func:`fastnet.rules.householder_sequence`).
+
+    A bias-free projection gives q, n_h keys and values, n_h rates β and (when ``gated``) the decay
+    input a. With ``conv_size`` K > 0, q, k and v pass a depthwise causal convolution of width K and
+    a SiLU first (as in the paper). Then q and k are L2-normalised per head;
+    β = σ(·), or 2σ(·) with ``negative_eigenvalues`` (eigenvalues of each transition in [-1, 1]);
+    α_t = exp(g_t), g_t = -exp(A_log) softplus(a_t + dt_bias) (Mamba2's parametrisation; A_log and
+    dt_bias are slow parameters per head). State: W [B,H,d,d], plus the convolution's last K-1
+    inputs [B,K-1,H·d·(1+2n_h)].
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int, head_dim: int, num_householder: int, gated: bool,
+                 negative_eigenvalues: bool, conv_size: int):
+        super().__init__()
+        if num_householder < 1 or conv_size < 0:
+            raise ValueError(f"num_householder must be >= 1 and conv_size >= 0, got {num_householder}, {conv_size}")
+        self.H, self.d, self.n, self.gated = num_heads, head_dim, num_householder, gated
+        self.beta_scale = 2.0 if negative_eigenvalues else 1.0
+        self.qkv_size = num_heads * head_dim * (1 + 2 * num_householder)
+        self.proj = nn.Linear(hidden_size, self.qkv_size + num_heads * (num_householder + gated), bias=False)
+        self.conv_size = conv_size
+        if conv_size:
+            bound = 1.0 / math.sqrt(conv_size)  # nn.Conv1d's default for a depthwise kernel
+            self.conv = nn.Parameter(torch.empty(self.qkv_size, conv_size).uniform_(-bound, bound))
+        if gated:  # Mamba2 initialisation: A ~ U[1, 16], dt ~ logU[1e-3, 1e-1], dt_bias = softplus^-1(dt)
+            self.A_log = nn.Parameter(torch.empty(num_heads).uniform_(1, 16).log())
+            dt = torch.empty(num_heads).uniform_(math.log(1e-3), math.log(1e-1)).exp()
+            self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
+        self.out = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
+
+    def state_shapes(self) -> list[tuple[int, ...]]:
+        conv = [(self.conv_size - 1, self.qkv_size)] if self.conv_size > 1 else []
+        return [(self.H, self.d, self.d)] + conv
+
+    def forward(self, x: Tensor, state: State, done: Tensor) -> tuple[Tensor, State]:
+        T, B, _ = x.shape
+        H, d, n = self.H, self.d, self.n
+        p = self.proj(x)
+        qkv, rest = p[..., :self.qkv_size], p[..., self.qkv_size:]
+        new_state: tuple[Tensor, ...] = ()
+        if self.conv_size:
+            if self.conv_size > 1:
+                qkv, buffer = causal_conv(qkv, self.conv, state[1], done)
+                new_state = (buffer,)
+            else:
+                qkv = qkv * self.conv[:, 0]
+            qkv = torch.nn.functional.silu(qkv)
+        qkv = _heads(qkv, H)
+        q = torch.nn.functional.normalize(qkv[..., :d], dim=-1)
+        k = torch.nn.functional.normalize(qkv[..., d:(1 + n) * d].unflatten(-1, (n, d)), dim=-1)
+        v = qkv[..., (1 + n) * d:].unflatten(-1, (n, d))
+        rest = _heads(rest, H)
+        beta = self.beta_scale * torch.sigmoid(rest[..., :n])
+        g = -self.A_log.exp() * torch.nn.functional.softplus(rest[..., n] + self.dt_bias) if self.gated else None
+        y, W = householder_sequence(q, k, v, beta, g, done, state[0])
+        return self.out(y.reshape(T, B, -1)), (W, *new_state)
+
+
+class SRWMLayer(nn.Module):
+    """Self-referential weight matrix sublayer (Irie, Schlag, Csordás & Schmidhuber, ICML 2022,
+    Eqs. 5-8; :mod:`fastnet.kernels.srwm.naive`): a bias-free projection to H heads of size d, one
+    self-modifying matrix W ∈ R^{(3d+4)×d} per head, and a bias-free output Linear.
+
+    W_0 [H,3d+4,d] is a learned slow parameter, drawn from N(0, 1/d). The state is D = W - W_0
+    [B,H,3d+4,d]: so the all-zero state is W_0, and the reset rule shared by every core (the state
+    times 1 - done) sets W back to the learned W_0 at an episode start, not to zero.
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int, head_dim: int):
+        super().__init__()
+        self.H, self.d = num_heads, head_dim
+        self.proj = nn.Linear(hidden_size, num_heads * head_dim, bias=False)
+        self.W0 = nn.Parameter(torch.randn(num_heads, srwm_rows(head_dim), head_dim) / math.sqrt(head_dim))
+        self.out = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
+
+    def state_shapes(self) -> list[tuple[int, ...]]:
+        return [(self.H, srwm_rows(self.d), self.d)]
+
+    def forward(self, x: Tensor, state: State, done: Tensor) -> tuple[Tensor, State]:
+        T, B, _ = x.shape
+        y, D = srwm_sequence(_heads(self.proj(x), self.H), self.W0, done, state[0])
+        return self.out(y.reshape(T, B, -1)), (D,)

@@ -1,14 +1,15 @@
 """Recurrent fast-weight recurrences: Recurrent Delta Net, Delta RNN and Delta LSTM.
 
 Irie, Schlag, Csordás & Schmidhuber (2021), "Going Beyond Linear Transformers with
-Recurrent Fast Weight Programmers"; equations as written out in shared/MODELS.md and the
+Recurrent Fast Weight Programmers"; equations as written out in docs/cores.md and the
 appendix (Delta LSTM Version D, Eqs. 36-40). These recurrences have no parallel form: the
-sequence functions below are step loops (the PyTorch reference, differentiated by
-autograd); on CUDA the rec_delta and delta_rnn loops dispatch to fused Triton kernels.
+references are step loops differentiated by autograd (``fastnet.kernels.recurrent_cores.naive``
+for rec_delta and delta_rnn); the rec_delta and delta_rnn sequence functions run fused Triton
+kernels where ``fastnet.kernels.dispatch.use_triton`` says so.
 
 Per head: W, R [B,H,d,d]; vectors [B,H,d]; β [B,H]. Time-major sequences [T,B,H,d].
 
-The step loops here (and in ``layers`` and ``mnm``) take their inputs from ``x.unbind(0)``,
+The step loops (here, in the references and in ``layers`` and ``mnm``) take their inputs from ``x.unbind(0)``,
 whose backward stacks the T step gradients once; indexing ``x[t]`` inside the loop would
 build and fill a zero [T,...] gradient for every step instead, O(T²) in the backward pass.
 """
@@ -17,28 +18,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from fastnet.kernels import supported
+from fastnet.kernels._common import SRWM_HEAD_SIZES
+from fastnet.kernels.dispatch import use_triton
+from fastnet.kernels.recurrent_cores.naive import (delta_rnn_reference, delta_rnn_step, rec_delta_reference,
+                                                   rec_delta_step)
+from fastnet.kernels.srwm.naive import srwm_reference
 from fastnet.rules import delta_rule_step, head_matvec
-from fastnet.state import reset_state, reset_steps
 
-
-def rec_delta_step(
-    W: Tensor, y_prev: Tensor, aq: Tensor, ak: Tensor, av: Tensor, ab: Tensor,
-    Rq: Tensor, Rk: Tensor, Rv: Tensor, rb: Tensor,
-) -> tuple[Tensor, Tensor]:
-    """One Recurrent Delta Net step (MODELS.md, ``rec_delta``).
-
-    ``aq, ak, av`` [B,H,d] and ``ab`` [B,H] are the feed-forward parts W_* x_t; the slow
-    recurrent matrices ``R*`` [H,d,d] and ``rb`` [H,d] read tanh(y_{t-1}):
-    q = softmax(aq + Rq h), k = softmax(ak + Rk h), v = av + Rv h, β = σ(ab + rb·h);
-    W_t = W_{t-1} + β (v - W_{t-1} k) ⊗ k; y_t = W_t q.
-    """
-    h = torch.tanh(y_prev)
-    q = torch.softmax(aq + torch.einsum("hvk,bhk->bhv", Rq, h), -1)
-    k = torch.softmax(ak + torch.einsum("hvk,bhk->bhv", Rk, h), -1)
-    v = av + torch.einsum("hvk,bhk->bhv", Rv, h)
-    beta = torch.sigmoid(ab + (rb * h).sum(-1))
-    W = delta_rule_step(W, k, v, beta)
-    return W, head_matvec(W, q)
+__all__ = ["rec_delta_step", "rec_delta_sequence", "delta_rnn_step", "delta_rnn_sequence", "delta_lstm_step",
+           "srwm_sequence"]
 
 
 def rec_delta_sequence(
@@ -46,7 +35,7 @@ def rec_delta_sequence(
     done: Tensor, W0: Tensor, y0: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Run :func:`rec_delta_step` over [T,B,...] inputs; returns (y [T,B,H,d], W_T, y_T)."""
-    if aq.is_cuda:
+    if use_triton("rec_delta", aq, supported(aq, aq.shape[-1])):
         from fastnet.kernels import fused_recurrent_rec_delta
 
         y, W, y_last = fused_recurrent_rec_delta(
@@ -54,25 +43,7 @@ def rec_delta_sequence(
             Rq, Rk, Rv, rb, done.transpose(0, 1), W0, y0,
         )
         return y.transpose(0, 1), W, y_last
-    W, y, ys = W0, y0, []
-    inputs = (x.unbind(0) for x in (aq, ak, av, ab))
-    for t, (resets, *inputs_t) in enumerate(zip(reset_steps(done), *inputs)):
-        if resets:
-            W, y = reset_state((W, y), done[t])
-        W, y = rec_delta_step(W, y, *inputs_t, Rq, Rk, Rv, rb)
-        ys.append(y)
-    return torch.stack(ys), W, y
-
-
-def delta_rnn_step(
-    W: Tensor, R: Tensor, y_prev: Tensor, q: Tensor, k: Tensor, v: Tensor, beta: Tensor,
-    kr: Tensor, vr: Tensor, beta_r: Tensor,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """One Delta RNN (Version B) step: both fast weights written by the delta rule, then
-    y_t = W_t q_t + R_t softmax(y_{t-1}). q, k, kr are already softmax-ed."""
-    W = delta_rule_step(W, k, v, beta)
-    R = delta_rule_step(R, kr, vr, beta_r)
-    return W, R, head_matvec(W, q) + head_matvec(R, torch.softmax(y_prev, -1))
+    return rec_delta_reference(aq, ak, av, ab, Rq, Rk, Rv, rb, done, W0, y0)
 
 
 def delta_rnn_sequence(
@@ -80,20 +51,13 @@ def delta_rnn_sequence(
     done: Tensor, W0: Tensor, R0: Tensor, y0: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Run :func:`delta_rnn_step` over [T,B,...] inputs; returns (y, W_T, R_T, y_T)."""
-    if q.is_cuda:
+    if use_triton("delta_rnn", q, supported(q, q.shape[-1], v.shape[-1])):
         from fastnet.kernels import fused_recurrent_delta_rnn
 
         tr = [x.transpose(0, 1) for x in (q, k, v, beta, kr, vr, beta_r, done)]
         y, W, R, y_last = fused_recurrent_delta_rnn(*tr, W0, R0, y0)
         return y.transpose(0, 1), W, R, y_last
-    W, R, y, ys = W0, R0, y0, []
-    inputs = (x.unbind(0) for x in (q, k, v, beta, kr, vr, beta_r))
-    for t, (resets, *inputs_t) in enumerate(zip(reset_steps(done), *inputs)):
-        if resets:
-            W, R, y = reset_state((W, R, y), done[t])
-        W, R, y = delta_rnn_step(W, R, y, *inputs_t)
-        ys.append(y)
-    return torch.stack(ys), W, R, y
+    return delta_rnn_reference(q, k, v, beta, kr, vr, beta_r, done, W0, R0, y0)
 
 
 def delta_lstm_step(
@@ -116,3 +80,15 @@ def delta_lstm_step(
     o = torch.sigmoid(head_matvec(Wo, q) + head_matvec(Ro, fy))
     c = f * c_prev + (1 - f) * u
     return fast, c * o, c
+
+
+def srwm_sequence(x: Tensor, W0: Tensor, done: Tensor, D0: Tensor) -> tuple[Tensor, Tensor]:
+    """The self-referential weight matrix (Irie et al. 2022, Eqs. 5-8) over [T,B,H,d] inputs, from the
+    carried state D0 = W - W0 [B,H,3d+4,d]; returns (y [T,B,H,d], D_T). Where ``done`` is set, W resets to
+    the learned W0 [H,3d+4,d]. See :mod:`fastnet.kernels.srwm.naive`."""
+    if use_triton("srwm", x, supported(x, x.shape[-1]) and x.shape[-1] in SRWM_HEAD_SIZES):
+        from fastnet.kernels import fused_recurrent_srwm
+
+        y, D = fused_recurrent_srwm(x.transpose(0, 1), W0, done.transpose(0, 1), D0)
+        return y.transpose(0, 1), D
+    return srwm_reference(x, W0, done, D0)

@@ -11,6 +11,7 @@ Every core is an ``nn.Module`` with
 * ``forward(x[T,B,D], state, done[T,B]) -> (y[T,B,D_out], state, aux)``:
   where ``done[t, b]`` is true the state of element b is zeroed *before* step t
   (see :func:`fastnet.state.reset_state`); ``aux`` maps names to auxiliary losses.
+  (``srwm`` keeps W - W_0 as its state, so a zeroed state means its learned W_0.)
 
 Cores are registered as import paths so that importing the registry stays cheap.
 """
@@ -30,6 +31,9 @@ CORES: dict[str, str] = {
     "rec_delta": "fastnet.cores:RecurrentDeltaNetCore",
     "delta_rnn": "fastnet.cores:DeltaRNNCore",
     "delta_lstm": "fastnet.cores:DeltaLSTMCore",
+    "gated_delta": "fastnet.cores:GatedDeltaNetCore",
+    "delta_product": "fastnet.cores:DeltaProductCore",
+    "srwm": "fastnet.cores:SRWMCore",
     "mnm_g": "fastnet.mnm:MNMGCore",
     "mnm_p": "fastnet.mnm:MNMPCore",
 }

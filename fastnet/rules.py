@@ -2,22 +2,29 @@
 
 Shapes: W [B,H,dv,dk] (value × key), k [B,H,dk], v [B,H,dv], β [B,H].
 Equation numbers refer to Schlag, Irie & Schmidhuber (2021), "Linear Transformers Are
-Secretly Fast Weight Programmers".
+Secretly Fast Weight Programmers", unless a docstring names another paper.
 
-The sequence op :func:`fast_weight_sequence` runs T steps with resets and reads the memory
-after each write (y_t = W_t q_t, Eq. 25). On CUDA it dispatches to the Triton kernels of
-``fastnet.kernels`` (except with attention normalisation's ``key_scale``, which runs the
-reference on any device); elsewhere it runs :class:`FastWeightSequence`, a custom autograd
-Function whose backward walks back in time and *undoes* each update to recover W_{t-1}
-(appendix F), so the fast weights cost O(B·H·dv·dk) memory whatever T is.
+The sequence ops :func:`fast_weight_sequence` (sum, delta, gated) and
+:func:`householder_sequence` (Gated DeltaNet, DeltaProduct) run T steps with resets and read
+the memory after each write (y_t = W_t q_t, Eq. 25). Each runs the Triton kernel of
+``fastnet.kernels`` where :func:`fastnet.kernels.dispatch.use_triton` says so (CUDA tensors,
+kernels mode auto or triton), else its PyTorch reference in ``fastnet.kernels.fast_weight.naive``:
+for the sum, delta and gated rules a custom autograd Function whose backward walks back in time
+and *undoes* each update to recover W_{t-1} (appendix F), so the fast weights cost
+O(B·H·dv·dk) memory whatever T is. Attention normalisation's ``key_scale`` always runs the
+reference.
 """
 from __future__ import annotations
 
-import math
 from typing import Literal, Optional
 
 import torch
 from torch import Tensor
+
+from fastnet.kernels import CHUNK_MIN_T, supported
+from fastnet.kernels.dispatch import use_triton
+from fastnet.kernels.fast_weight import naive
+from fastnet.kernels.fast_weight.naive import FastWeightSequence
 
 RuleName = Literal["sum", "delta", "gated"]
 RULES = ("sum", "delta", "gated")
@@ -84,12 +91,12 @@ def fast_weight_sequence(
     done = torch.zeros(T, B, dtype=torch.bool, device=q.device) if done is None else done.bool()
     if initial_state is None:
         initial_state = q.new_zeros(B, H, dv, dk)
-    if q.is_cuda and key_scale is None:
+    if key_scale is None and use_triton("chunk" if rule == "delta" and T >= CHUNK_MIN_T else "fused_recurrent",
+                                        q, supported(q, dk, dv)):
         from fastnet.kernels import delta_rule, fused_recurrent_fast_weight
 
         args = (q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), beta.transpose(0, 1),
                 initial_state, done.transpose(0, 1))
-        # the delta rule takes the chunked kernel for T >= 256, the fused recurrent one below
         y, state = delta_rule(*args, mode="auto") if rule == "delta" else fused_recurrent_fast_weight(*args, rule=rule)
         return y.transpose(0, 1), state
     if key_scale is None:
@@ -97,103 +104,40 @@ def fast_weight_sequence(
     return FastWeightSequence.apply(rule, q, k, v, beta, done, initial_state, key_scale)
 
 
-class FastWeightSequence(torch.autograd.Function):
-    """Reversible sequence op for the sum, delta and gated rules (CPU reference).
+def householder_sequence(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Optional[Tensor] = None,
+    done: Optional[Tensor] = None, initial_state: Optional[Tensor] = None,
+) -> tuple[Tensor, Tensor]:
+    """Gated DeltaNet (n_h = 1) and DeltaProduct (n_h writes per step) over a sequence.
 
-    Forward keeps only the per-step value factors u_t ([T,B,H,dv], where W_t - W' = u_t ⊗ k_t
-    and W' is the state after the reset and before the write), the state just before each
-    reset (for the batch elements that reset), and for the gated rule a checkpoint of W every
-    ⌈√T⌉ steps. Backward recovers W' from W_t by undoing the write, W' = W_t - u_t ⊗ k_t
-    (sum, delta); the gated rule cannot be undone stably (it would divide by 1-β), so it
-    replays each ⌈√T⌉-step chunk from its checkpoint instead. Heads are folded into the batch
-    (N = B·H); outer-product updates use ``addcmul_`` (``baddbmm_`` with an inner dimension
-    of 1 is up to 10x slower on the CPU).
+    Per step, after the reset: W <- exp(g_t) W (Gated DeltaNet, Yang et al. 2025, Eq. 10; no decay
+    when ``g`` is None), then n_h delta-rule writes W <- W + β_j (v_j - W k_j) ⊗ k_j (DeltaProduct,
+    Siems et al. 2025), then y_t = W q_t. See :func:`fastnet.kernels.fast_weight.naive.householder_sequence`.
+
+    Args:
+        q: [T,B,H,dk]; k: [T,B,H,n_h,dk]; v: [T,B,H,n_h,dv]; beta: [T,B,H,n_h];
+        g: [T,B,H] log-decay (<= 0) or None; done: [T,B] bool; initial_state: [B,H,dv,dk] (zeros if None).
+    Returns:
+        y [T,B,H,dv] and the final state W_T.
+
+    The Triton path runs the gated-delta kernel on the sequence of the n_h·T writes (the decay and
+    the reset on each step's first write) and keeps the reads at every n_h-th position.
     """
+    T, B, H, n, dk = k.shape
+    dv = v.shape[-1]
+    done = torch.zeros(T, B, dtype=torch.bool, device=q.device) if done is None else done.bool()
+    if initial_state is None:
+        initial_state = q.new_zeros(B, H, dv, dk)
+    if use_triton("chunk" if n * T >= CHUNK_MIN_T else "fused_recurrent", q, supported(q, dk, dv)):
+        from fastnet.kernels import gated_delta_rule
 
-    @staticmethod
-    def forward(ctx, rule, q, k, v, beta, done, W0, key_scale):
-        T, B, H, dk = k.shape
-        dv = v.shape[-1]
-        q, k, v = (x.reshape(T, B * H, -1) for x in (q, k, v))
-        beta, key_scale = beta.reshape(T, B * H), key_scale.reshape(T, B * H)
-        resets = done.repeat_interleave(H, dim=1)
-        chunk = math.isqrt(T - 1) + 1 if rule == "gated" else 0
-        W = W0.reshape(B * H, dv, dk).clone()
-        y, us = q.new_empty(T, B * H, dv), q.new_empty(T, B * H, dv)
-        pre_reset, checkpoints = {}, {}
-        for t in range(T):
-            if done[t].any():
-                pre_reset[t] = W[resets[t]].clone()
-                W[resets[t]] = 0
-            if chunk and t % chunk == 0:
-                checkpoints[t] = W.clone()
-            if rule == "delta":
-                retrieved = torch.bmm(W, k[t, :, :, None]).squeeze(-1)
-                us[t] = beta[t, :, None] * (v[t] - key_scale[t, :, None] * retrieved)
-            elif rule == "gated":
-                W.mul_(1 - beta[t, :, None, None])
-                us[t] = beta[t, :, None] * v[t]
-            else:
-                us[t] = v[t]
-            W.addcmul_(us[t, :, :, None], k[t, :, None, :])
-            torch.bmm(W, q[t, :, :, None], out=y[t, :, :, None])
-        ctx.rule, ctx.chunk, ctx.shape = rule, chunk, (T, B, H, dk, dv)
-        ctx.pre_reset, ctx.checkpoints = pre_reset, checkpoints
-        ctx.save_for_backward(q, k, v, beta, resets, key_scale, us, W)
-        return y.view(T, B, H, dv), W.view(B, H, dv, dk)
-
-    @staticmethod
-    def backward(ctx, dy, dW_final):
-        q, k, v, beta, resets, key_scale, us, W_final = ctx.saved_tensors
-        rule, (T, B, H, dk, dv) = ctx.rule, ctx.shape
-        dy = dy.reshape(T, B * H, dv)
-        dq, dk_, dv_ = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        dbeta, dscale = torch.zeros_like(beta), torch.zeros_like(key_scale)
-        G = dW_final.reshape(B * H, dv, dk).clone() if dW_final is not None else torch.zeros_like(W_final)
-        W = W_final.clone()
-        replayed: dict[int, Tensor] = {}
-        for t in reversed(range(T)):
-            kt, vt, bt = k[t], v[t], beta[t, :, None]
-            G.addcmul_(dy[t, :, :, None], q[t, :, None, :])
-            dq[t] = torch.bmm(dy[t, :, None, :], W).squeeze(1)
-            if rule == "gated":  # W becomes W' (after the reset, before the write)
-                if t not in replayed:
-                    replayed = _replay_chunk(ctx, t)
-                W = replayed.pop(t)
-            else:
-                W.addcmul_(us[t, :, :, None], kt[:, None, :], value=-1)
-            Gk = torch.bmm(G, kt[:, :, None]).squeeze(-1)
-            if rule == "sum":
-                dv_[t], dk_[t] = Gk, torch.bmm(vt[:, None, :], G).squeeze(1)
-            elif rule == "delta":
-                retrieved = torch.bmm(W, kt[:, :, None]).squeeze(-1)
-                s = key_scale[t, :, None]
-                dv_[t] = bt * Gk
-                dbeta[t] = (Gk * (vt - s * retrieved)).sum(-1)
-                dscale[t] = -(bt * Gk * retrieved).sum(-1)
-                sbGk = s * bt * Gk
-                dk_[t] = torch.bmm(us[t, :, None, :], G).squeeze(1) - torch.bmm(sbGk[:, None, :], W).squeeze(1)
-                G.addcmul_(sbGk[:, :, None], kt[:, None, :], value=-1)
-            else:
-                dv_[t] = bt * Gk
-                dk_[t] = bt * torch.bmm(vt[:, None, :], G).squeeze(1)
-                dbeta[t] = (Gk * vt).sum(-1) - (G * W).sum((-1, -2))
-                G.mul_(1 - bt[:, :, None])
-            if t in ctx.pre_reset:
-                G[resets[t]] = 0
-                W[resets[t]] = ctx.pre_reset[t]
-        return (None, dq.view(T, B, H, dk), dk_.view(T, B, H, dk), dv_.view(T, B, H, dv), dbeta.view(T, B, H),
-                None, G.view(B, H, dv, dk), dscale.view(T, B, H))
-
-
-def _replay_chunk(ctx, t: int) -> dict[int, Tensor]:
-    """Gated rule: recompute W' (post-reset, pre-write) for every step of t's chunk."""
-    _, k, v, beta, resets, _, _, _ = ctx.saved_tensors
-    start = t - t % ctx.chunk
-    W, states = ctx.checkpoints[start], {}
-    for s in range(start, t + 1):
-        if s > start and s in ctx.pre_reset:
-            W = W * (~resets[s]).to(W.dtype)[:, None, None]
-        states[s] = W
-        W = (1 - beta[s, :, None, None]) * W + torch.bmm((beta[s, :, None] * v[s])[:, :, None], k[s, :, None, :])
-    return states
+        first = torch.zeros(n, dtype=torch.bool, device=q.device)
+        first[0] = True
+        long_g = None if g is None else (g.unsqueeze(-1) * first).permute(1, 0, 3, 2).reshape(B, T * n, H)
+        long_done = (done.t().unsqueeze(-1) & first).reshape(B, T * n)
+        y, state = gated_delta_rule(
+            q.transpose(0, 1).repeat_interleave(n, dim=1), k.transpose(0, 1).transpose(2, 3).flatten(1, 2),
+            v.transpose(0, 1).transpose(2, 3).flatten(1, 2), beta.transpose(0, 1).transpose(2, 3).flatten(1, 2),
+            long_g, initial_state, long_done)
+        return y[:, n - 1::n].transpose(0, 1), state
+    return naive.householder_sequence(q, k, v, beta, g, done, initial_state)

@@ -128,6 +128,8 @@ def _bad_inputs(tmp):
         (maze, ["--env.size", "4"], "env: size must be an odd int >= 5"),
         (maze, ["--device", "cuda:7" if not _has_cuda() else "tpu"], "--run.device"),
         (maze, ["--device", "tpu"], "--run.device: unknown device 'tpu'"),
+        (maze, ["--run.kernels", "cuda"], "--run.kernels: expected one of"),
+        (supervised, ["--run.kernels", "triton" if not _has_cuda() else "fast"], "--run.kernels"),
         (atari, ["--game", "Pongg"], "--env.game: expected one of 'Adventure'"),
         (atari, ["--env.sticky_action_prob", "x"], "--env.sticky_action_prob"),
         (supervised, ["--task", "sorting"], "task.name: unknown task 'sorting'; choose one of: retrieval1"),

@@ -16,15 +16,21 @@ CONFIGS = {
     "rec_delta": SMALL,
     "delta_rnn": SMALL,
     "delta_lstm": SMALL,
-    "delta_dpfp_attention": dict(SMALL, feature_map="dpfp", dpfp_nu=2, normalisation="attention"),
-    "delta_gated_favor": dict(SMALL, feature_map="favor", update_rule="gated", favor_features=6),
-    "linear_attention": dict(SMALL, normalisation="attention"),
-    "delta_tanh": dict(SMALL, feature_map="tanh", normalisation="none"),
+    "gated_delta": SMALL,
+    "delta_product": SMALL,
+    "srwm": SMALL,
+    "delta:dpfp_attention": dict(SMALL, feature_map="dpfp", dpfp_nu=2, normalisation="attention"),
+    "delta:gated_favor": dict(SMALL, feature_map="favor", update_rule="gated", favor_features=6),
+    "linear:attention": dict(SMALL, normalisation="attention"),
+    "delta:tanh": dict(SMALL, feature_map="tanh", normalisation="none"),
+    "gated_delta:no_conv": dict(SMALL, conv_size=0),
+    "gated_delta:conv2": dict(SMALL, conv_size=2),
+    "delta_product:gated_negative_3": dict(SMALL, num_householder=3, gated=True, negative_eigenvalues=True),
 }
 
 
 def build(key):
-    name = key if key in CORES else key.split("_")[0]
+    name = key.split(":")[0]
     torch.manual_seed(0)
     return make_core(name, D, **CONFIGS.get(key, {})).double().eval()
 
@@ -137,3 +143,39 @@ def test_default_sizes_are_the_papers_atari_sizes():
     assert (c.num_layers, c.num_heads, c.head_dim, c.ff_size, c.hidden_size) == (2, 4, 32, 512, 128)
     assert core.initial_state(2)[0].shape == (2, 4, 32, 32)
     assert make_core("lstm", 10).output_size == 256
+
+
+def test_srwm_resets_to_its_learned_w0():
+    """srwm's fast weights restart from the learned W_0 (Irie et al. 2022), not from zero: right after a
+    reset, the first layer's output heads are the first d rows of W_0 x_t (a zero W would give 0), and
+    W_0 gets a gradient through the steps after the reset."""
+    from fastnet.kernels.srwm.naive import srwm_step
+
+    core = build("srwm")
+    layer = core.layers[0]
+    with torch.no_grad():
+        layer.W0.add_(torch.randn_like(layer.W0))  # a W_0 moved away from its initialisation, as if learned
+    x, done = inputs()
+    state = tuple(s + torch.randn_like(s) for s in core.initial_state(B))  # a mid-episode state
+    _, state_after, _ = core(x, state, done)
+    # element 2 resets at t=5 (its last step): its final layer-0 state holds exactly one write from W_0
+    h = core.norms[0](core.input_proj(x[5, 2]))
+    heads = layer.proj(h).view(SMALL["num_heads"], SMALL["head_dim"])
+    y, update = srwm_step(layer.W0.unsqueeze(0), heads.unsqueeze(0))
+    torch.testing.assert_close(state_after[0][2], update[0])
+    torch.testing.assert_close(y[0], torch.einsum("hrd,hd->hr", layer.W0, heads)[:, :SMALL["head_dim"]])
+    assert y.abs().max() > 1e-3
+    (grad,) = torch.autograd.grad(state_after[0][2].sum(), layer.W0)
+    assert grad.abs().sum() > 0
+
+
+def test_srwm_zero_state_is_w0_not_zero_weights():
+    """The all-zero state means W = W_0: the core's first output differs from one whose W_0 is zeroed."""
+    core = build("srwm")
+    x, done = inputs()
+    y1, _, _ = run_sequence(core, x, done)
+    for layer in core.layers:
+        with torch.no_grad():
+            layer.W0.zero_()
+    y2, _, _ = run_sequence(core, x, done)
+    assert not torch.allclose(y1[0], y2[0])

@@ -81,6 +81,97 @@ def test_fused_recurrent_matches_reference(rule, dk, dv, T, bv):
     check_grads([y, WT], [yr, WTr], ins_k, ins_r, ["q", "k", "v", "beta", "W0"], gen)
 
 
+# ----------------------------------------------------------------------------- gated_delta (Gated DeltaNet)
+from fastnet.kernels.fast_weight.naive import householder_sequence  # noqa: E402
+
+
+def gated_delta_inputs(B, T, H, dk, dv, gen):
+    """L2-normalised q, k (as the core feeds them), log-decays g in [-2, 0], a W0 and resets."""
+    q = torch.nn.functional.normalize(torch.randn(B, T, H, dk, generator=gen), dim=-1)
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, dk, generator=gen), dim=-1)
+    v = torch.randn(B, T, H, dv, generator=gen)
+    beta = torch.rand(B, T, H, generator=gen)
+    g = -2 * torch.rand(B, T, H, generator=gen)
+    W0 = torch.randn(B, H, dv, dk, generator=gen) * 0.5
+    return q, k, v, beta, g, W0, make_done(B, T, gen)
+
+
+def gated_delta_reference(q, k, v, beta, g, W0, done):
+    """Batch-major wrapper of the float64 reference loop (n_h = 1)."""
+    y, W = householder_sequence(_tm(q), _tm(k).unsqueeze(3), _tm(v).unsqueeze(3), _tm(beta).unsqueeze(-1),
+                                _tm(g), done.t(), W0)
+    return _tm(y), W
+
+
+@pytest.mark.parametrize("dk,dv,T,bv", [(16, 16, 7, None), (32, 16, 11, None), (32, 32, 6, 16)])
+def test_fused_gated_delta_matches_reference(dk, dv, T, bv):
+    gen = torch.Generator().manual_seed(400 + dk + dv + T)
+    *xs, done = gated_delta_inputs(2, T, 2, dk, dv, gen)
+    ins_k = leafs(*xs)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in xs]
+    kw = {} if bv is None else {"block_v": bv}
+    q, k, v, beta, g, W0 = ins_k
+    y, WT = kernels.fused_recurrent_fast_weight(q, k, v, beta, W0, done.to(DEV), "gated_delta", g=g, **kw)
+    yr, WTr = gated_delta_reference(*ins_r, done)
+    assert rel(y, yr) < TOL and rel(WT, WTr) < TOL
+    check_grads([y, WT], [yr, WTr], ins_k, ins_r, ["q", "k", "v", "beta", "g", "W0"], gen)
+
+
+def test_fused_gated_delta_bf16():
+    gen = torch.Generator().manual_seed(41)
+    *xs, done = gated_delta_inputs(2, 9, 1, 16, 16, gen)
+    xs = [x.bfloat16() for x in xs]
+    ins_k = leafs(*xs)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in xs]
+    y, WT = kernels.gated_delta_rule(*ins_k[:5], ins_k[5], done.to(DEV))
+    assert y.dtype == torch.bfloat16 and WT.dtype == torch.bfloat16
+    yr, WTr = gated_delta_reference(*ins_r, done)
+    assert rel(y, yr) < 1e-2 and rel(WT, WTr) < 1e-2
+    check_grads([y, WT], [yr, WTr], ins_k, ins_r, ["q", "k", "v", "beta", "g", "W0"], gen, tol=2e-2)
+
+
+def test_gated_delta_without_decay_is_the_delta_kernel():
+    """g = None (no decay) gives the delta rule's values: the gated-delta kernel path against the delta one."""
+    gen = torch.Generator().manual_seed(42)
+    q, k, v, beta, _, W0, done = gated_delta_inputs(1, 8, 2, 16, 16, gen)
+    args = [x.to(DEV) for x in (q, k, v, beta)]
+    y1, W1 = kernels.gated_delta_rule(*args, None, W0.to(DEV), done.to(DEV))
+    y2, W2 = kernels.fused_recurrent_fast_weight(*args, W0.to(DEV), done.to(DEV), "delta")
+    assert rel(y1, y2) < TOL and rel(W1, W2) < TOL
+
+
+@pytest.mark.parametrize("n,T,gated", [(2, 6, False), (3, 5, True), (2, 130, True)])
+def test_delta_product_through_the_gated_delta_kernels(n, T, gated, monkeypatch):
+    """householder_sequence with kernels=triton runs DeltaProduct as Gated DeltaNet over the n_h·T writes
+    (fused below 256 writes, chunked from 256): values and gradients against the reference loop."""
+    from fastnet.kernels import dispatch
+    from fastnet.rules import householder_sequence as sequence_op
+
+    monkeypatch.setattr(dispatch, "_mode", "triton")
+    gen = torch.Generator().manual_seed(700 + n + T)
+    B, H, d = 2, 1, 16
+    q = torch.nn.functional.normalize(torch.randn(T, B, H, d, generator=gen), dim=-1)
+    k = torch.nn.functional.normalize(torch.randn(T, B, H, n, d, generator=gen), dim=-1)
+    v = torch.randn(T, B, H, n, d, generator=gen)
+    beta = 2 * torch.rand(T, B, H, n, generator=gen)
+    g = -torch.rand(T, B, H, generator=gen) if gated else None
+    W0 = torch.randn(B, H, d, d, generator=gen) * 0.5
+    done = make_done(B, T, gen).t()
+    xs = [x for x in (q, k, v, beta, g, W0) if x is not None]
+    names = [n_ for n_, x in zip(["q", "k", "v", "beta", "g", "W0"], (q, k, v, beta, g, W0)) if x is not None]
+    ins_k = leafs(*xs)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in xs]
+
+    def call(fn, ins):
+        a = dict(zip(names, ins))
+        return fn(a["q"], a["k"], a["v"], a["beta"], a.get("g"), done.to(ins[0].device), a["W0"])
+
+    y, WT = call(sequence_op, ins_k)
+    yr, WTr = call(householder_sequence, ins_r)
+    assert rel(y, yr) < TOL and rel(WT, WTr) < TOL
+    check_grads([y, WT], [yr, WTr], ins_k, ins_r, names, gen)
+
+
 # ----------------------------------------------------------------------------- rec_delta, delta_rnn
 from fastnet.recurrent import delta_rnn_sequence, rec_delta_sequence  # noqa: E402
 
@@ -141,6 +232,44 @@ def test_delta_rnn_matches_reference(dk, dv, T):
     check_grads(list(outs_k), outs_r, ins_k, ins_r, names, gen)
 
 
+# ----------------------------------------------------------------------------- srwm
+from fastnet.kernels.srwm.naive import srwm_reference, srwm_rows  # noqa: E402
+
+
+def srwm_inputs(B, T, H, d, gen):
+    x = torch.randn(B, T, H, d, generator=gen)
+    W0 = torch.randn(H, srwm_rows(d), d, generator=gen) / d**0.5
+    D0 = torch.randn(B, H, srwm_rows(d), d, generator=gen) * 0.1
+    return x, W0, D0
+
+
+@pytest.mark.parametrize("d,T", [(16, 7), (32, 5)])
+def test_srwm_matches_reference(d, T):
+    gen = torch.Generator().manual_seed(500 + d + T)
+    xs = srwm_inputs(2, T, 2, d, gen)
+    done = make_done(2, T, gen)
+    ins_k = leafs(*xs)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in xs]
+    y, DT = kernels.fused_recurrent_srwm(ins_k[0], ins_k[1], done.to(DEV), ins_k[2])
+    yr, DTr = srwm_reference(_tm(ins_r[0]), ins_r[1], done.t(), ins_r[2])
+    yr = _tm(yr)
+    assert rel(y, yr) < TOL and rel(DT, DTr) < TOL
+    check_grads([y, DT], [yr, DTr], ins_k, ins_r, ["x", "W0", "D0"], gen)
+
+
+def test_srwm_bf16():
+    gen = torch.Generator().manual_seed(51)
+    xs = [x.bfloat16() for x in srwm_inputs(2, 6, 1, 16, gen)]
+    done = make_done(2, 6, gen)
+    ins_k = leafs(*xs)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in xs]
+    y, DT = kernels.fused_recurrent_srwm(ins_k[0], ins_k[1], done.to(DEV), ins_k[2])
+    assert y.dtype == torch.bfloat16 and DT.dtype == torch.bfloat16
+    yr, DTr = srwm_reference(_tm(ins_r[0]), ins_r[1], done.t(), ins_r[2])
+    assert rel(y, _tm(yr)) < 1e-2 and rel(DT, DTr) < 2e-2
+    check_grads([y, DT], [_tm(yr), DTr], ins_k, ins_r, ["x", "W0", "D0"], gen, tol=3e-2)
+
+
 # ----------------------------------------------------------------------------- chunked delta rule
 @pytest.mark.parametrize("dk,dv,T,C,bv", [(16, 32, 37, 16, 16), (32, 16, 20, 16, None), (16, 16, 40, 32, None),
                                            (16, 32, 70, 64, None)])
@@ -162,6 +291,35 @@ def test_chunk_delta_matches_reference(dk, dv, T, C, bv):
     yr = _tm(yr)
     assert rel(y, yr) < TOL and rel(WT, WTr) < TOL
     check_grads([y, WT], [yr, WTr], ins_k, ins_r, ["q", "k", "v", "beta", "W0"], gen)
+
+
+@pytest.mark.parametrize("dk,dv,T,C,bv", [(16, 32, 37, 16, 16), (32, 16, 20, 16, None), (16, 16, 70, 32, None)])
+def test_chunk_gated_delta_matches_reference(dk, dv, T, C, bv):
+    gen = torch.Generator().manual_seed(600 + dk + dv + T)
+    *xs, done = gated_delta_inputs(2, T, 2, dk, dv, gen)
+    done[0, C] = True  # a reset exactly on a chunk boundary (make_done puts others inside chunks)
+    ins_k = leafs(*xs)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in xs]
+    q, k, v, beta, g, W0 = ins_k
+    y, WT = kernels.chunk_delta_rule(q, k, v, beta, W0, done.to(DEV), chunk_size=C, precision="ieee", block_v=bv, g=g)
+    yr, WTr = gated_delta_reference(*ins_r, done)
+    assert rel(y, yr) < TOL and rel(WT, WTr) < TOL
+    check_grads([y, WT], [yr, WTr], ins_k, ins_r, ["q", "k", "v", "beta", "g", "W0"], gen)
+
+
+def test_chunk_gated_delta_strong_decay_bf16():
+    """bf16 inputs (tf32 products) and decays down to exp(-30) per step: no overflow in exp(G_i - G_j)."""
+    gen = torch.Generator().manual_seed(61)
+    *xs, done = gated_delta_inputs(2, 40, 1, 16, 16, gen)
+    xs[4] = xs[4] * 15
+    xs = [x.bfloat16() for x in xs]
+    ins_k = leafs(*xs)
+    ins_r = [x.detach().double().clone().requires_grad_(True) for x in xs]
+    y, WT = kernels.chunk_delta_rule(*ins_k[:4], ins_k[5], done.to(DEV), chunk_size=16, g=ins_k[4])
+    assert y.dtype == torch.bfloat16
+    yr, WTr = gated_delta_reference(*ins_r, done)
+    assert rel(y, yr) < 1e-2 and rel(WT, WTr) < 1e-2
+    check_grads([y, WT], [yr, WTr], ins_k, ins_r, ["q", "k", "v", "beta", "g", "W0"], gen, tol=2e-2)
 
 
 def bf16_inputs(B, T, H, d, gen):
@@ -242,6 +400,13 @@ def test_unsupported_head_size(dk, dv):
         kernels.fused_recurrent_rec_delta(x, x, x, b, *(torch.zeros(1, bad, bad, device=DEV),) * 3, torch.zeros(1, bad, device=DEV))
 
 
+def test_srwm_kernel_head_sizes():
+    """The srwm kernel takes d = 16, 32 (its backward would spill at 64 on sm_80); larger heads raise."""
+    x = torch.zeros(1, 2, 1, 64, device=DEV)
+    with pytest.raises(ValueError, match=r"allowed sizes are \[16, 32\]"):
+        kernels.fused_recurrent_srwm(x, torch.zeros(1, 196, 64, device=DEV))
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float64, torch.int32])
 def test_unsupported_dtype(dtype):
     q = torch.zeros(1, 2, 1, 16, device=DEV, dtype=dtype)
@@ -288,18 +453,19 @@ def _compile_reports(heads, tmp_path):
 
 def _check_reports(reports):
     names = {r["name"] for r in reports}
-    for kind in ("sum", "delta", "gated"):
+    for kind in ("sum", "delta", "gated", "gated_delta"):
         assert {f"fused_{kind}_fwd", f"fused_{kind}_bwd"} <= names
-    assert {"rec_delta_fwd", "rec_delta_bwd", "delta_rnn_fwd", "delta_rnn_bwd"} <= names
-    assert {f"chunk_delta_{p}" for p in ("prep", "fwd", "out", "bwd_prep", "bwd", "bwd_wy", "bwd_dqk")} <= names
+    assert {"rec_delta_fwd", "rec_delta_bwd", "delta_rnn_fwd", "delta_rnn_bwd", "srwm_fwd", "srwm_bwd"} <= names
+    for kind in ("delta", "gated_delta"):
+        assert {f"chunk_{kind}_{p}" for p in ("prep", "fwd", "out", "bwd_prep", "bwd", "bwd_wy", "bwd_dqk")} <= names
     assert {r["arch"] for r in reports} == {80, 90}
     assert all(r["regs"] > 0 for r in reports)
     bad = [r for r in reports if r["d"] <= 64 and r["spill_stores"] + r["spill_loads"] > 0]
     assert not bad, f"register spills at d<=64: {[(r['name'], r['label'], r['arch']) for r in bad]}"
 
 
-def test_compiles_sm80_sm90_d64(tmp_path):
-    _check_reports(_compile_reports("64", tmp_path))
+def test_compiles_sm80_sm90_d32_d64(tmp_path):
+    _check_reports(_compile_reports("32,64", tmp_path))  # the srwm kernel takes d <= 32 only
 
 
 @pytest.mark.slow

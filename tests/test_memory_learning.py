@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import pytest
 
-from agents.learner import ActorConfig, EnvConfig, LearnerConfig, LogConfig, OptimConfig, TrainConfig, train
+from agents.learner import train
+
 from envs.suites import suite
+from launch import memory
 
 pytest.importorskip("popgym")
 
 
 def run(core: str, run_dir: str) -> float:
-    cfg = TrainConfig(core=core, total_steps=1_000_000, run_dir=run_dir, seed=0,
-                      core_options={"hidden_size": 64} if core == "lstm" else {},
-                      env=EnvConfig("gym", dict(suite("popgym")[0].options)),
-                      actor=ActorConfig(num_actors=2, envs_per_actor=16, unroll_length=20),
-                      learner=LearnerConfig(batch_size=32, discount=0.9),
-                      optim=OptimConfig(lr=2e-3),
-                      log=LogConfig(return_window=200, print_every_s=60, tensorboard=False))
+    env_id = suite("popgym")[0].options["id"]
+    cfg = memory.load(["--core", core, "--total_steps", "1000000", "--run_dir", run_dir, "--env.id", env_id,
+                       *(["--core.hidden_size", "64"] if core == "lstm" else []), "--actor.unroll_length", "20",
+                       "--learner.batch_size", "32", "--loss.discount", "0.9", "--optim.name", "rmsprop",
+                       "--optim.lr", "2e-3", "--optim.eps", "0.01", "--log.return_window", "200"])
     return train(cfg)["mean_return"]
 
 

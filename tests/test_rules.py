@@ -4,7 +4,8 @@ import torch
 from torch.autograd import gradcheck
 
 from fastnet.feature_maps import elu_plus_one, sum_normalise
-from fastnet.rules import FastWeightSequence, delta_rule_step, fast_weight_sequence, gated_rule_step, sum_rule_step
+from fastnet.rules import (FastWeightSequence, delta_rule_step, fast_weight_sequence, gated_rule_step, householder_sequence,
+                           sum_rule_step)
 
 torch.manual_seed(0)
 T, B, H, DK, DV = 7, 3, 2, 5, 4
@@ -168,3 +169,134 @@ def test_attention_normalisation_matches_eqs_26_to_28():
                 torch.testing.assert_close(y[t, b, h], M @ qq / (zz @ qq + 1e-5))  # Eq. 28
             torch.testing.assert_close(W[b, h], M)
             torch.testing.assert_close(z[b, h], zz)
+
+
+# ----------------------------------------------------------------------------- Gated DeltaNet, DeltaProduct
+def householder_inputs(n, gated=True, requires_grad=False):
+    """L2-normalised q, k (n keys per step), values, rates in (0, 2), log-decays, W0 and resets."""
+    f64 = dict(dtype=torch.float64)
+    q = torch.nn.functional.normalize(torch.randn(T, B, H, DK, **f64), dim=-1)
+    k = torch.nn.functional.normalize(torch.randn(T, B, H, n, DK, **f64), dim=-1)
+    v = torch.randn(T, B, H, n, DV, **f64)
+    beta = 2 * torch.rand(T, B, H, n, **f64)
+    g = -torch.rand(T, B, H, **f64) if gated else None
+    W0 = torch.randn(B, H, DV, DK, **f64)
+    done = torch.zeros(T, B, dtype=torch.bool)
+    done[2, 0] = done[5, 0] = done[4, 1] = True
+    tensors = [x.requires_grad_(requires_grad) if x is not None else None for x in (q, k, v, beta, g, W0)]
+    return (*tensors, done)
+
+
+def householder_loop(q, k, v, beta, g, done, W0):
+    """Independent float64 reference, per (b, h) and as matrices: the Gated DeltaNet transition
+    W_t = α_t W_{t-1} (I - β k kᵀ) + β v kᵀ (Yang et al. 2025, Eq. 10), applied once per key j."""
+    ys, W = [], [[W0[b, h] for h in range(H)] for b in range(B)]
+    eye = torch.eye(DK, dtype=torch.float64)
+    for t in range(T):
+        y_t = []
+        for b in range(B):
+            row = []
+            for h in range(H):
+                M = torch.zeros_like(W[b][h]) if done[t, b] else W[b][h]
+                alpha = g[t, b, h].exp() if g is not None else 1.0
+                for j in range(k.shape[3]):
+                    kk, bb = k[t, b, h, j], beta[t, b, h, j]
+                    M = alpha * M @ (eye - bb * torch.outer(kk, kk)) + bb * torch.outer(v[t, b, h, j], kk)
+                    alpha = 1.0  # the decay acts once per step, before the first write
+                W[b][h] = M
+                row.append(M @ q[t, b, h])
+            y_t.append(torch.stack(row))
+        ys.append(torch.stack(y_t))
+    return torch.stack(ys), torch.stack([torch.stack(r) for r in W])
+
+
+@pytest.mark.parametrize("n,gated", [(1, True), (2, False), (3, True)])
+def test_householder_sequence_matches_matrix_loop(n, gated):
+    q, k, v, beta, g, W0, done = householder_inputs(n, gated)
+    y, W = householder_sequence(q, k, v, beta, g, done, W0)
+    y_ref, W_ref = householder_loop(q, k, v, beta, g, done, W0)
+    torch.testing.assert_close(y, y_ref)
+    torch.testing.assert_close(W, W_ref)
+
+
+def test_gated_delta_with_alpha_one_is_delta_with_l2_keys():
+    """g = 0 (α = 1) and n_h = 1: exactly the delta rule (Eqs. 20-25) with L2-normalised keys."""
+    q, k, v, beta, _, W0, done = householder_inputs(1, requires_grad=True)
+    beta = beta / 2
+    y, W = householder_sequence(q, k, v, beta, torch.zeros(T, B, H, dtype=torch.float64), done, W0)
+    y_delta, W_delta = fast_weight_sequence("delta", q, k[:, :, :, 0], v[:, :, :, 0], beta[..., 0], done, W0)
+    torch.testing.assert_close(y, y_delta)
+    torch.testing.assert_close(W, W_delta)
+    grads = torch.autograd.grad(y.sum() + W.sum(), (q, k, v, W0))
+    grads_delta = torch.autograd.grad(y_delta.sum() + W_delta.sum(), (q, k, v, W0))
+    for a, b in zip(grads, grads_delta):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_delta_product_is_gated_delta_on_a_longer_sequence(gated):
+    """DeltaProduct with n_h keys per step equals Gated DeltaNet over the n_h·T writes (decay and
+    reset on each step's first write) read at every n_h-th position."""
+    n = 3
+    q, k, v, beta, g, W0, done = householder_inputs(n, gated)
+    y, W = householder_sequence(q, k, v, beta, g, done, W0)
+    first = torch.zeros(n, dtype=torch.bool)
+    first[0] = True
+    long = dict(
+        q=q.repeat_interleave(n, dim=0), k=k.transpose(1, 3).flatten(0, 1).transpose(1, 2).unsqueeze(3),
+        v=v.transpose(1, 3).flatten(0, 1).transpose(1, 2).unsqueeze(3),
+        beta=beta.permute(0, 3, 1, 2).flatten(0, 1).unsqueeze(-1),
+        g=None if g is None else (g.unsqueeze(1) * first[:, None, None]).flatten(0, 1),
+        done=(done.unsqueeze(1) & first[:, None]).flatten(0, 1))
+    y_long, W_long = householder_sequence(long["q"], long["k"], long["v"], long["beta"], long["g"], long["done"], W0)
+    torch.testing.assert_close(y, y_long[n - 1::n])
+    torch.testing.assert_close(W, W_long)
+
+
+def test_negative_eigenvalues_reflect_the_key_direction():
+    """β = 2 (the top of DeltaProduct's 2σ range) with v = 0 is the Householder reflection I - 2kkᵀ:
+    the association stored under k flips sign, one under an orthogonal key stays."""
+    k1, k2 = orthonormal_pair(DK)
+    v1, v2 = torch.randn(2, DV, dtype=torch.float64)
+    W = (torch.outer(v1, k1) + torch.outer(v2, k2))[None, None]
+    zeros = torch.zeros(1, 1, 1, 1, DV, dtype=torch.float64)
+    two = torch.full((1, 1, 1, 1), 2.0, dtype=torch.float64)
+    _, W_new = householder_sequence(k1[None, None, None], k2[None, None, None, None], zeros, two, None,
+                                    torch.zeros(1, 1, dtype=torch.bool), W)
+    torch.testing.assert_close(W_new[0, 0] @ k2, -v2)
+    torch.testing.assert_close(W_new[0, 0] @ k1, v1)
+
+
+# ----------------------------------------------------------------------------- SRWM
+def srwm_loop(x, W0, done, D0):
+    """Independent float64 reference of Irie et al. (2022), Eqs. 5-8, per (b, h), holding the full W
+    and setting it to W0 at a reset."""
+    d = x.shape[-1]
+    W = [[W0[h] + D0[b, h] for h in range(x.shape[2])] for b in range(x.shape[1])]
+    ys = torch.zeros(x.shape, dtype=torch.float64)
+    for t in range(x.shape[0]):
+        for b in range(x.shape[1]):
+            for h in range(x.shape[2]):
+                M = W0[h] if done[t, b] else W[b][h]
+                o = M @ x[t, b, h]  # Eq. 5
+                y, k, q, beta = o[:d], o[d:2 * d], o[2 * d:3 * d], o[3 * d:]
+                pk, pq = torch.softmax(k, 0), torch.softmax(q, 0)
+                rates = torch.cat([torch.sigmoid(beta[i]).expand(n) for i, n in enumerate((d, d, d, 4))])
+                W[b][h] = M + torch.outer(rates * (M @ pq - M @ pk), pk)  # Eqs. 6-8
+                ys[t, b, h] = y
+    return ys, torch.stack([torch.stack([W[b][h] - W0[h] for h in range(len(W[b]))]) for b in range(len(W))])
+
+
+def test_srwm_reference_matches_loop():
+    from fastnet.kernels.srwm.naive import srwm_reference
+
+    d = 3
+    x = torch.randn(T, B, H, d, dtype=torch.float64)
+    W0 = torch.randn(H, 3 * d + 4, d, dtype=torch.float64)
+    D0 = torch.randn(B, H, 3 * d + 4, d, dtype=torch.float64) * 0.3
+    done = torch.zeros(T, B, dtype=torch.bool)
+    done[2, 0] = done[5, 0] = done[0, 1] = True
+    y, D = srwm_reference(x, W0, done, D0)
+    y_ref, D_ref = srwm_loop(x, W0, done, D0)
+    torch.testing.assert_close(y, y_ref)
+    torch.testing.assert_close(D, D_ref)

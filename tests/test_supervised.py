@@ -21,7 +21,7 @@ torch.set_num_threads(1)
 BLOCK = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "head_dim": 8, "ff_size": 16}
 TINY_CORES = {
     "ff": {}, "lstm": {"hidden_size": 16}, "linear": BLOCK, "delta": BLOCK, "rec_delta": BLOCK,
-    "delta_rnn": BLOCK, "delta_lstm": BLOCK,
+    "delta_rnn": BLOCK, "delta_lstm": BLOCK, "gated_delta": BLOCK, "delta_product": BLOCK, "srwm": BLOCK,
     "mnm_g": {"controller_size": 16, "memory_size": 8, "num_heads": 1, "memory_layers": 2, "output_size": 16},
     "mnm_p": {"controller_size": 16, "memory_size": 8, "num_heads": 1, "memory_layers": 2, "output_size": 16},
 }
@@ -92,6 +92,35 @@ def test_retrieval_memory_model(core, tmp_path):
                       checkpoint_every=0)
     result = train(cfg, task=make_task("retrieval2", num_keys=4), quiet=True)
     assert result["model"] == "retrieval_memory" and result["steps"] == 2
+
+
+@pytest.mark.parametrize("core,options", [("gated_delta", {}), ("delta_product", {"negative_eigenvalues": True})])
+def test_householder_retrieval_memory_trains(core, options, tmp_path):
+    cfg = make_config("retrieval1", core, tmp_path, options, ModelConfig(kind="auto", embedding_size=8, key_size=8),
+                      max_steps=2, eval_every=2, checkpoint_every=0)
+    result = train(cfg, task=make_task("retrieval1", num_keys=4), quiet=True)
+    assert result["model"] == "retrieval_memory" and result["steps"] == 2
+
+
+def test_householder_retrieval_memory_reads_a_delta_rule_memory():
+    """Ungated, n_h = 2: the read is W q after two delta writes per pair with L2 keys, value v each."""
+    from agents.supervised import HouseholderRetrievalMemory
+
+    torch.manual_seed(0)
+    task = make_task("retrieval1", num_keys=5)
+    model = HouseholderRetrievalMemory(task, 6, 4, 2, False, False)
+    x = torch.tensor([[[1, 2]], [[3, 0]], [[0, 4]], [[3, 0]]])  # three (key, value) pairs, then the query
+    out, _, _ = model(x, (), torch.zeros(4, 1, dtype=torch.bool))
+    W = torch.zeros(5, 4)
+    for t in range(3):
+        v = torch.nn.functional.one_hot(x[t, 0, 1], 6)[:5].float()
+        kv = torch.cat([model.embed(x[t, 0, 0]), v])
+        keys = torch.nn.functional.normalize(model.W_K(kv).view(2, 4), dim=-1)
+        betas = torch.sigmoid(model.W_beta(kv))
+        for j in range(2):
+            W = W + betas[j] * torch.outer(v - W @ keys[j], keys[j])
+    q = torch.nn.functional.normalize(model.W_Q(model.embed(x[3, 0, 0])), dim=-1)
+    torch.testing.assert_close(out[-1, 0], W @ q)
 
 
 def test_softmax_attention_reference(tmp_path):

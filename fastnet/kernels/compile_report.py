@@ -83,7 +83,7 @@ _COMPILED_MODULES: dict = {}
 
 
 def kernel_module(name: str):
-    """``fastnet.kernels.<name>`` with real ``@triton.jit`` kernels.
+    """``fastnet.kernels.<name>`` (e.g. ``fast_weight.chunk``) with real ``@triton.jit`` kernels.
 
     Under TRITON_INTERPRET=1 the kernels of the imported module are interpreter objects that
     ``triton.compile`` cannot take, so a second copy of the module is loaded with the
@@ -92,11 +92,11 @@ def kernel_module(name: str):
     if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
         return importlib.import_module(f"fastnet.kernels.{name}")
     if name not in _COMPILED_MODULES:
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), *name.split(".")) + ".py"
         old = os.environ["TRITON_INTERPRET"]
         os.environ["TRITON_INTERPRET"] = "0"
         try:
-            spec = importlib.util.spec_from_file_location(f"_fastnet_kernels_compiled_{name}", path)
+            spec = importlib.util.spec_from_file_location(f"_fastnet_kernels_compiled_{name.replace('.', '_')}", path)
             mod = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(mod)
         finally:
@@ -114,7 +114,7 @@ def _sig(names_types: str) -> dict:
 
 
 def fused_recurrent_specs(rule: str, dk: int, dv: int, dtype: str = "fp32") -> list[KernelSpec]:
-    fr = kernel_module("fused_recurrent")
+    fr = kernel_module("fast_weight.fused_recurrent")
 
     bv = fr.pick_bv(dk, dv)
     w = fr.pick_warps(bv, dk)
@@ -123,17 +123,17 @@ def fused_recurrent_specs(rule: str, dk: int, dv: int, dtype: str = "fp32") -> l
     lab = f"{rule} dk={dk} dv={dv} BV={bv} {dtype}"
     fwd = KernelSpec(
         f"fused_{rule}_fwd", fr._fw_fwd_kernel,
-        _sig(f"q:{x},k:{x},v:{x},beta:{x},done:*i8,w0:*fp32,y:{x},wT:*fp32,u_out:*fp32,ckpt:*fp32,"
+        _sig(f"q:{x},k:{x},v:{x},beta:{x},g:{x},done:*i8,w0:*fp32,y:{x},wT:*fp32,u_out:*fp32,ckpt:*fp32,"
              "T:i32,H:i32,CHUNK:i32,DK:constexpr,DV:constexpr,BV:constexpr,RULE:constexpr,HAS_W0:constexpr"),
         dict(DK=dk, DV=dv, BV=bv, RULE=rid, HAS_W0=True), w, lab,
     )
-    if rule == "gated":
+    if rule in ("gated", "gated_delta"):
         bwd = KernelSpec(
             f"fused_{rule}_bwd", fr._fw_bwd_gated_kernel,
-            _sig(f"q:{x},k:{x},v:{x},beta:{x},done:*i8,ckpt:*fp32,scratch:*fp32,dy:{x},dwT:*fp32,"
-                 f"dq_p:*fp32,dk_p:*fp32,dv:{x},dbeta_p:*fp32,dw0:*fp32,T:i32,H:i32,B:i32,CHUNK:i32,"
-                 "DK:constexpr,DV:constexpr,BV:constexpr,HAS_DWT:constexpr"),
-            dict(DK=dk, DV=dv, BV=bv, HAS_DWT=True), w, lab,
+            _sig(f"q:{x},k:{x},v:{x},beta:{x},g:{x},done:*i8,ckpt:*fp32,scratch:*fp32,dy:{x},dwT:*fp32,"
+                 f"dq_p:*fp32,dk_p:*fp32,dv:{x},dbeta_p:*fp32,dg_p:*fp32,dw0:*fp32,T:i32,H:i32,B:i32,CHUNK:i32,"
+                 "DK:constexpr,DV:constexpr,BV:constexpr,RULE:constexpr,HAS_DWT:constexpr"),
+            dict(DK=dk, DV=dv, BV=bv, RULE=rid, HAS_DWT=True), w, lab,
         )
     else:
         bwd = KernelSpec(
@@ -149,17 +149,18 @@ def fused_recurrent_specs(rule: str, dk: int, dv: int, dtype: str = "fp32") -> l
 def all_specs(head_sizes=(16, 32, 64, 128)) -> list[KernelSpec]:
     specs: list[KernelSpec] = []
     for d in head_sizes:
-        for rule in ("sum", "delta", "gated"):
+        for rule in ("sum", "delta", "gated", "gated_delta"):
             specs += fused_recurrent_specs(rule, d, d)
     specs += fused_recurrent_specs("delta", 64, 32)  # DPFP-style dk = 2 dv
     specs += fused_recurrent_specs("delta", 32, 32, "bf16")
-    for name in ("recurrent_cores", "chunk"):
-        if not os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")):
+    specs += fused_recurrent_specs("gated_delta", 32, 32, "bf16")
+    for name in ("recurrent_cores.fused_recurrent", "fast_weight.chunk", "srwm.fused_recurrent"):
+        if not os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), *name.split(".")) + ".py"):
             continue
         mod = kernel_module(name)
         for d in head_sizes:
             specs += mod.compile_specs(d, KernelSpec, _sig)
-            if name == "chunk":  # bf16 inputs change the load/convert code of every chunked kernel
+            if name != "recurrent_cores.fused_recurrent":  # bf16 inputs change the load/convert code
                 specs += mod.compile_specs(d, KernelSpec, _sig, dtype="bf16")
     return specs
 

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from fastnet.kernels._common import check_device, check_dtype, check_head_size, seg_start
-from fastnet.kernels.fused_recurrent import _state_before_reset
+from fastnet.kernels.fast_weight.fused_recurrent import _state_before_reset
 
 
 def pick_warps(n_elems: int) -> int:

@@ -1,0 +1,99 @@
+"""One command for a machine with a GPU: every fastnet Triton kernel against its PyTorch reference on
+the device, then forward+backward timings against the reference and against fla (flash-linear-attention,
+when it imports).
+
+    python cuda/smoke.py [--dtype bf16|fp32] [--quick]
+
+1. The self-check of ``kernels=auto`` (``fastnet.kernels.self_check``): each kernel in fp32 on a tiny
+   input, outputs and every input gradient against the fp64 reference.
+2. At training sizes (RL: B=32, T=64, H=4, d=32; chunked kernels: B=4, T=2048, H=4, d=64, with resets
+   at rate 1%): the same comparison in fp32 on the device (relative error < 1e-3), then the time of
+   forward+backward (median, ``triton.testing.do_bench``) of the kernel in ``--dtype``, of the reference
+   (fp32, on the GPU) and of fla's matching op (no resets: fla has no done mask; its state is [K, V] and
+   it scales q by 1/sqrt(d) unless told scale=1).
+
+Exit status 1 if any check fails. Needs CUDA.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import _time  # noqa: E402  (cuda/bench.py, beside this file)
+
+RL, LONG = (32, 64, 4, 32), (4, 2048, 4, 64)
+CHECK_TOL = 1e-3
+
+
+def fla_ops() -> dict:
+    """fla's ops matching ours, as functions of our batch-major inputs (q, k, v, beta, W0[, g])."""
+    try:
+        from fla.ops.delta_rule import chunk_delta_rule, fused_recurrent_delta_rule
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+    except Exception as e:  # noqa: BLE001
+        print(f"fla not available ({type(e).__name__}: {e}); timing without it")
+        return {}
+    kw = lambda W0: dict(scale=1.0, initial_state=W0.transpose(-1, -2).float(), output_final_state=True)  # noqa: E731
+    return {
+        ("fused_recurrent", "delta"): lambda q, k, v, b, W0: fused_recurrent_delta_rule(q, k, v, b, **kw(W0)),
+        ("fused_recurrent", "gated_delta"): lambda q, k, v, b, W0, g: fused_recurrent_gated_delta_rule(
+            q, k, v, g=g, beta=b, **kw(W0)),
+        ("chunk", "delta"): lambda q, k, v, b, W0: chunk_delta_rule(q, k, v, b, **kw(W0)),
+        ("chunk", "gated_delta"): lambda q, k, v, b, W0, g: chunk_gated_delta_rule(q, k, v, g, b, **kw(W0)),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"], help="inputs of the timed kernels")
+    ap.add_argument("--quick", action="store_true", help="the self-check and the RL size only")
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("cuda/smoke.py: needs CUDA, and torch.cuda.is_available() is False")
+    from fastnet.kernels.self_check import CASES, check, outputs_and_grads, relative_errors
+
+    device, dtype = torch.device("cuda"), dict(bf16=torch.bfloat16, fp32=torch.float32)[a.dtype]
+    failed = 0
+    print("self-check (fp32, tiny input, outputs and input gradients vs the fp64 reference):")
+    for op in CASES:
+        why = check(op, device)
+        failed += why is not None
+        print(f"  {op:<16} {'ok' if why is None else 'FAILED: ' + why}")
+    fla = fla_ops()
+    rows = []
+    for op, variants in CASES.items():
+        B, T, H, d = LONG if op == "chunk" else RL
+        if a.quick and op == "chunk":
+            continue
+        for variant, case in variants.items():
+            gen = torch.Generator().manual_seed(0)
+            inputs = [x.to(device) for x in case.inputs(B, T, H, d, gen)]
+            done = (torch.rand(B, T, generator=gen) < 0.01).to(device)
+            got = outputs_and_grads(case.kernel, inputs, done)
+            err = max(relative_errors(got, outputs_and_grads(case.reference, [x.double() for x in inputs], done)))
+            failed += not err < CHECK_TOL
+            leaves = [x.to(dtype).requires_grad_(True) for x in inputs]
+            ms = {"kernel": _time(lambda *xs, f=case.kernel, d=done: f(*xs, d), leaves)[0]}
+            ms["reference"] = _time(lambda *xs, f=case.reference, d=done: f(*xs, d),
+                                    [x.float().requires_grad_(True) for x in inputs])[0]
+            if (op, variant) in fla:
+                ms["fla"] = _time(fla[(op, variant)], leaves)[0]
+            rows.append((op, variant, (B, T, H, d), err, ms))
+    print(f"\n{'op':<16} {'variant':<12} {'B,T,H,d':<16} {'rel err':>8} {'kernel ms':>10} {'ref ms':>9} "
+          f"{'fla ms':>8} {'vs ref':>7} {'vs fla':>7}")
+    for op, variant, shape, err, ms in rows:
+        fla_ms = ms.get("fla", float("nan"))
+        print(f"{op:<16} {variant:<12} {','.join(map(str, shape)):<16} {err:>8.1e} {ms['kernel']:>10.3f} "
+              f"{ms['reference']:>9.2f} {fla_ms:>8.3f} {ms['reference'] / ms['kernel']:>7.1f} "
+              f"{fla_ms / ms['kernel']:>7.2f}{'' if err < CHECK_TOL else '  FAILED'}")
+    print(f"\n{'all checks passed' if not failed else f'{failed} check(s) FAILED'}")
+    return int(bool(failed))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

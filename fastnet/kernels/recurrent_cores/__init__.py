@@ -1,0 +1,1 @@
+"""Recurrent Delta Net and Delta RNN: reference and fused recurrent kernels."""

@@ -1,0 +1,1 @@
+"""The self-referential weight matrix (SRWM): reference and fused recurrent kernel."""
