@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 
 os.environ.pop("TRITON_INTERPRET", None)  # real compilation, not the interpreter
@@ -35,7 +34,8 @@ def main() -> int:
                             local=r.local, shared=r.shared_triton, spill_stores=r.spill_stores,
                             spill_loads=r.spill_loads, d=max(r.spec.constexprs.get(n, 0) for n in ("D", "DK", "DV")))
                        for r in reports], f, indent=1)
-    bad = [r for r in reports if r.spills and max(r.spec.constexprs.get("DK", 0), r.spec.constexprs.get("DV", 0), r.spec.constexprs.get("D", 0)) <= 64]
+    bad = [r for r in reports
+           if r.spills and max(r.spec.constexprs.get(n, 0) for n in ("DK", "DV", "D")) <= 64]
     print(f"\n{len(reports)} compilations in {time.time() - t0:.0f}s; spilling kernels at d<=64: {len(bad)} "
           f"({', '.join(sorted({r.spec.name for r in bad})) or 'none'})")
     return 0

@@ -14,8 +14,14 @@ import torch
 from torch import Tensor, nn
 
 from fastnet.feature_maps import FeatureMapName
-from fastnet.layers import (DeltaLSTMLayer, DeltaRNNLayer, FastWeightLayer, HouseholderLayer, RecurrentDeltaLayer,
-                            SRWMLayer)
+from fastnet.layers import (
+    DeltaLSTMLayer,
+    DeltaRNNLayer,
+    FastWeightLayer,
+    HouseholderLayer,
+    RecurrentDeltaLayer,
+    SRWMLayer,
+)
 from fastnet.rules import RuleName
 from fastnet.state import State, reset_state, zeros_state
 

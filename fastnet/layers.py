@@ -5,9 +5,8 @@ Every layer maps x [T,B,D] -> [T,B,D] with a state tuple (batch on dim 0), see
 """
 from __future__ import annotations
 
-import typing
-
 import math
+import typing
 
 import torch
 from torch import Tensor, nn

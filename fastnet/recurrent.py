@@ -21,8 +21,12 @@ from torch import Tensor
 from fastnet.kernels import supported
 from fastnet.kernels._common import SRWM_HEAD_SIZES
 from fastnet.kernels.dispatch import use_triton
-from fastnet.kernels.recurrent_cores.naive import (delta_rnn_reference, delta_rnn_step, rec_delta_reference,
-                                                   rec_delta_step)
+from fastnet.kernels.recurrent_cores.naive import (
+    delta_rnn_reference,
+    delta_rnn_step,
+    rec_delta_reference,
+    rec_delta_step,
+)
 from fastnet.kernels.srwm.naive import srwm_reference
 from fastnet.rules import delta_rule_step, head_matvec
 

@@ -66,9 +66,9 @@ def test_auto_self_check_failure_warns_once_and_training_runs_on_the_reference(m
     """A machine where every kernel fails to compile: one warning naming the reason, then the
     supervised trainer trains on the reference, with the same results as kernels=reference."""
     from agents.supervised import ModelConfig, train
-    from tests.test_supervised import make_config
     from envs.tasks import make_task
     from fastnet import kernels
+    from tests.test_supervised import make_config
 
     simulate_gpu(monkeypatch)
 

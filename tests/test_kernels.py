@@ -397,7 +397,8 @@ def test_unsupported_head_size(dk, dv):
     bad = dk if dk not in kernels.HEAD_SIZES else dv
     x = torch.zeros(1, 2, 1, bad, device=DEV)
     with pytest.raises(ValueError, match="allowed sizes"):
-        kernels.fused_recurrent_rec_delta(x, x, x, b, *(torch.zeros(1, bad, bad, device=DEV),) * 3, torch.zeros(1, bad, device=DEV))
+        kernels.fused_recurrent_rec_delta(x, x, x, b, *(torch.zeros(1, bad, bad, device=DEV),) * 3,
+                                          torch.zeros(1, bad, device=DEV))
 
 
 def test_srwm_kernel_head_sizes():

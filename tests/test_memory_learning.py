@@ -12,7 +12,6 @@ from __future__ import annotations
 import pytest
 
 from agents.learner import train
-
 from envs.suites import suite
 from launch import memory
 

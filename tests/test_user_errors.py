@@ -155,3 +155,37 @@ def test_weights_that_turn_nan_stop_the_run_before_they_are_saved(tmp_path, caps
     line = one_line_failure(maze.main, argv, capsys)
     assert "made the weights NaN or inf" in line and "no checkpoint was written" in line
     assert checkpoints(run_dir) == []
+
+
+def test_supervised_kill_9_then_resume_keeps_the_log_history_byte_identical(tmp_path):
+    """kill -9 a supervised run between checkpoints; the same command resumes, and logs.csv up to
+    the checkpoint's step is byte for byte what the killed run wrote."""
+    import signal
+    import sys
+    import time
+
+    run_dir = str(tmp_path / "run")
+    argv = [sys.executable, "launch/supervised.py", "--task", "retrieval2", "--task.num_keys", "4",
+            "--train.batch_size", "8", "--train.eval_every", "7", "--train.checkpoint_every", "10",
+            "--log.every", "3", "--log.tensorboard", "false", "--run_dir", run_dir]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen([*argv, "--train.max_steps", "100000"], cwd=root, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    log = os.path.join(run_dir, "logs.csv")
+    deadline = time.time() + 120
+    while time.time() < deadline and not (checkpoints(run_dir) and os.path.exists(log)
+                                           and read_checkpoint(checkpoints(run_dir)[0])["counters"]["step"] >= 30):
+        time.sleep(0.2)
+    time.sleep(0.3)  # a few more rows past the checkpoint
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with open(log, "rb") as f:
+        killed = f.read()
+    step = read_checkpoint(checkpoints(run_dir)[0])["counters"]["step"]
+    kept = [line for line in killed.split(b"\n")[1:] if line and int(line.split(b",")[0]) <= step]
+    subprocess.run([*argv, "--train.max_steps", str(step + 9)], cwd=root, check=True, capture_output=True)
+    with open(log, "rb") as f:
+        resumed = f.read()
+    rows = resumed.split(b"\n")[1:]  # the header may have grown by the test metrics at the end
+    assert rows[:len(kept)] == kept, (killed[:300], resumed[:300])
+    assert len(rows) > len(kept) + 2  # and it went on logging

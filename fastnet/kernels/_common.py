@@ -50,7 +50,8 @@ def check_sequence_args(q, k, v, beta, done, initial_state, block_v, pick_bv):
     beta [B,T,H], done [B,T] or None, initial_state [B,H,dv,dk] or None) and choose the value
     block. Returns (done, initial_state made contiguous, block_v)."""
     if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[:3] != q.shape[:3]:
-        raise ValueError(f"expected q, k [B,T,H,dk] and v [B,T,H,dv]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(f"expected q, k [B,T,H,dk] and v [B,T,H,dv]; "
+                         f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     B, T, H, DK = q.shape
     DV = v.shape[-1]
     check_head_size("dk", DK)

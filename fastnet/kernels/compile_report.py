@@ -63,12 +63,14 @@ def _attrs(signature: dict) -> dict:
 
 def compile_spec(spec: KernelSpec, arch: int) -> Report:
     src = ASTSource(fn=spec.fn, signature=spec.signature, constexprs=spec.constexprs, attrs=_attrs(spec.signature))
-    ck = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
+    ck = triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                        options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "k.cubin")
         with open(path, "wb") as f:
             f.write(ck.asm["cubin"])
-        res = subprocess.run([_tool("cuobjdump"), "-res-usage", path], capture_output=True, text=True, check=True).stdout
+        res = subprocess.run([_tool("cuobjdump"), "-res-usage", path], capture_output=True, text=True,
+                             check=True).stdout
         sass = subprocess.run([_tool("cuobjdump"), "-sass", path], capture_output=True, text=True, check=True).stdout
     m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", res)
     if not m:
@@ -166,7 +168,8 @@ def all_specs(head_sizes=(16, 32, 64, 128)) -> list[KernelSpec]:
 
 
 def format_table(reports: list[Report]) -> str:
-    lines = [f"{'kernel':<22} {'config':<34} {'arch':>5} {'regs':>5} {'smem(B)':>8} {'stack':>6} {'local':>6} {'spill st/ld':>12}"]
+    lines = [f"{'kernel':<22} {'config':<34} {'arch':>5} {'regs':>5} {'smem(B)':>8} {'stack':>6} {'local':>6} "
+             f"{'spill st/ld':>12}"]
     for r in reports:
         lines.append(
             f"{r.spec.name:<22} {r.spec.label:<34} {'sm_' + str(r.arch):>5} {r.regs:>5} {r.shared_triton:>8} "

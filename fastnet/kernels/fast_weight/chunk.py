@@ -497,14 +497,15 @@ class ChunkDeltaRule(torch.autograd.Function):
                 None, None, None, None)
 
 
-def chunk_delta_rule(q, k, v, beta, initial_state=None, done=None, chunk_size=DEFAULT_CHUNK, precision=None, block_v=None,
-                     g=None):
+def chunk_delta_rule(q, k, v, beta, initial_state=None, done=None, chunk_size=DEFAULT_CHUNK, precision=None,
+                     block_v=None, g=None):
     """Chunked (UT-transform) delta rule over a batch-major sequence; with ``g`` [B,T,H], Gated DeltaNet.
 
     Args as :func:`fastnet.kernels.fused_recurrent_fast_weight` with rule="delta" (or "gated_delta" with
-    its log-decay ``g``); resets in ``done`` may fall anywhere (handled with segment masks). ``chunk_size`` in {16, 32, 64} (default 16);
-    ``precision``: "ieee" (exact fp32 products) or "tf32" (tensor cores); default "ieee" for
-    fp32 inputs and "tf32" for bf16 inputs. Returns (y [B,T,H,dv], final state [B,H,dv,dk]).
+    its log-decay ``g``); resets in ``done`` may fall anywhere (handled with segment masks).
+    ``chunk_size`` in {16, 32, 64} (default 16); ``precision``: "ieee" (exact fp32 products) or "tf32"
+    (tensor cores); default "ieee" for fp32 inputs and "tf32" for bf16 inputs.
+    Returns (y [B,T,H,dv], final state [B,H,dv,dk]).
     """
     if chunk_size not in (16, 32, 64):
         raise ValueError(f"chunk_size must be 16, 32 or 64, got {chunk_size}")

@@ -164,7 +164,8 @@ def _fw_bwd_undo_kernel(
             if RULE == 0:
                 W = _state_before_reset(w0 + sbase + tile, HAS_W0, v, k, done, seg, b, h, t, T, H, DV, DK, rows, cols)
             else:
-                W = _state_before_reset(w0 + sbase + tile, HAS_W0, u_in, k, done, seg, b, h, t, T, H, DV, DK, rows, cols)
+                W = _state_before_reset(w0 + sbase + tile, HAS_W0, u_in, k, done, seg, b, h, t, T, H, DV, DK, rows,
+                                        cols)
     tl.store(dw0 + sbase + tile, G)
 
 

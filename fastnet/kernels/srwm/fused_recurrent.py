@@ -72,7 +72,8 @@ def _srwm_fwd_kernel(x, w0, d0, done, y, dT, us, diffs, ks, qs, sg, obuf, T, H, 
         tl.debug_barrier()
         tl.store(sg + base * 4 + tl.arange(0, 4), rate)
         c = (pq - pk)[None, :]  # v - v̄ = W (φ(q) - φ(k)), Eqs. 6-7; u = σ(β) (v - v̄), Eq. 8
-        dy_, dk_, dq_, db_ = tl.sum(Wy * c, axis=1), tl.sum(Wk * c, axis=1), tl.sum(Wq * c, axis=1), tl.sum(Wb * c, axis=1)
+        dy_, dk_ = tl.sum(Wy * c, axis=1), tl.sum(Wk * c, axis=1)
+        dq_, db_ = tl.sum(Wq * c, axis=1), tl.sum(Wb * c, axis=1)
         uy, uk, uq, ub = _pick(rate, 0) * dy_, _pick(rate, 1) * dk_, _pick(rate, 2) * dq_, _pick(rate, 3) * db_
         tl.store(diffs + base * R + ry, dy_)
         tl.store(diffs + base * R + rk, dk_)
