@@ -336,6 +336,10 @@ def one_line(error: BaseException, parser: ArgumentParser) -> str:
     text = str(error)
     if m := re.match(r'Parser key "([^"]+)":\s*(.*)', text, re.S):
         key, detail = m.group(1), m.group(2).strip().split("\n")[0].strip()
+        if detail.startswith("Does not validate against any of the Union subtypes"):  # e.g. Optional[...]
+            given = re.search(r"Given value: (.*)", text)
+            kinds = [_describe(e.strip()) for e in re.findall(r"^\s+- (.*)$", text, re.M)]
+            return f"--{key}: expected {' or '.join(kinds)}; got {given.group(1) if given else '?'!r}"
         if r := _RESTRICTION.search(detail):
             return f"--{key}: {_RESTRICTIONS.get(r.group(3), 'must satisfy ' + r.group(3))}, got {r.group(2)}"
         if r := _NOT_OF_TYPE.search(detail):
@@ -359,6 +363,17 @@ def one_line(error: BaseException, parser: ArgumentParser) -> str:
         section = flag[2:].rpartition(".")[0] if flag.startswith("--") else ""
         return f"unknown option {flag}; valid keys{' of ' + section if section else ''}: {_keys(parser, section)}"
     return " ".join(text.split())
+
+
+def _describe(expected: str) -> str:
+    """"Expected a typing.Literal['a', 'b']" -> "one of 'a', 'b'", "Expected a <class 'int'>" -> "an integer"."""
+    if r := re.match(r"Expected a typing\.Literal\[(.*)\]", expected):
+        return f"one of {r.group(1)}"
+    if r := re.match(r"Expected a <class '(\w+)'>", expected):
+        return "null" if r.group(1) == "NoneType" else _TYPES.get(r.group(1), r.group(1))
+    if r := re.match(r"Not of type (\w+)", expected):
+        return _TYPES.get(r.group(1), r.group(1))
+    return expected
 
 
 def _keys(parser: ArgumentParser, section: str) -> str:
