@@ -21,9 +21,7 @@ pytest.importorskip("popgym")
 def run(core: str, run_dir: str) -> float:
     env_id = suite("popgym")[0].options["id"]
     cfg = memory.load(["--core", core, "--total_steps", "1000000", "--run_dir", run_dir, "--env.id", env_id,
-                       *(["--core.hidden_size", "64"] if core == "lstm" else []), "--actor.unroll_length", "20",
-                       "--learner.batch_size", "32", "--loss.discount", "0.9", "--optim.name", "rmsprop",
-                       "--optim.lr", "2e-3", "--optim.eps", "0.01", "--log.return_window", "200"])
+                       *(["--core.hidden_size", "64"] if core == "lstm" else [])])  # memory.yaml's settings
     return train(cfg)["mean_return"]
 
 
