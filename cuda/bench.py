@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from fastnet.kernels.benchmark import time_forward_backward
+
 
 def _inputs(B, T, H, d, dtype, dev, gen):
     q = torch.randn(B, T, H, d, device=dev, generator=gen).softmax(-1).to(dtype)
@@ -26,23 +28,6 @@ def _inputs(B, T, H, d, dtype, dev, gen):
 
 def _done(B, T, dev, gen, p):
     return torch.rand(B, T, device=dev, generator=gen) < p
-
-
-def _time(fn, inputs):
-    from triton.testing import do_bench
-
-    def step():
-        outs = fn(*inputs)
-        loss = sum(o.float().sum() for o in outs if o is not None)
-        loss.backward()
-        for x in inputs:
-            x.grad = None
-
-    step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    ms = do_bench(step, warmup=25, rep=200, return_mode="median")
-    return ms, torch.cuda.max_memory_allocated() / 2**20
 
 
 def _candidates(W0: torch.Tensor, done: torch.Tensor, fla_fused: Any, fla_chunk: Any) -> dict[str, Any]:
@@ -110,7 +95,7 @@ def main() -> int:
                 print(f"check {name} {c}: rel err {err:.2e}")
         for cname, fn in cands.items():
             try:
-                ms, mem = _time(fn, [q, k, v, beta])
+                ms, mem = time_forward_backward(fn, [q, k, v, beta])
             except Exception as e:  # noqa: BLE001
                 print(f"{name} {cname}: failed: {e}")
                 continue

@@ -17,14 +17,10 @@ Exit status 1 if any check fails. Needs CUDA.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench import _time  # noqa: E402  (cuda/bench.py, beside this file)
+from fastnet.kernels.benchmark import time_forward_backward
 
 RL, LONG = (32, 64, 4, 32), (4, 2048, 4, 64)
 CHECK_TOL = 1e-3
@@ -78,11 +74,11 @@ def main() -> int:
             err = max(relative_errors(got, outputs_and_grads(case.reference, [x.double() for x in inputs], done)))
             failed += not err < CHECK_TOL
             leaves = [x.to(dtype).requires_grad_(True) for x in inputs]
-            ms = {"kernel": _time(lambda *xs, f=case.kernel, d=done: f(*xs, d), leaves)[0]}
-            ms["reference"] = _time(lambda *xs, f=case.reference, d=done: f(*xs, d),
+            ms = {"kernel": time_forward_backward(lambda *xs, f=case.kernel, d=done: f(*xs, d), leaves)[0]}
+            ms["reference"] = time_forward_backward(lambda *xs, f=case.reference, d=done: f(*xs, d),
                                     [x.float().requires_grad_(True) for x in inputs])[0]
             if (op, variant) in fla:
-                ms["fla"] = _time(fla[(op, variant)], leaves)[0]
+                ms["fla"] = time_forward_backward(fla[(op, variant)], leaves)[0]
             rows.append((op, variant, (B, T, H, d), err, ms))
     print(f"\n{'op':<16} {'variant':<12} {'B,T,H,d':<16} {'rel err':>8} {'kernel ms':>10} {'ref ms':>9} "
           f"{'fla ms':>8} {'vs ref':>7} {'vs fla':>7}")

@@ -1,4 +1,4 @@
-"""The memory cores behind ``make_core`` (MODELS.md, "The cores" and "Blocks").
+"""The memory cores behind ``make_core`` (docs/cores.md: "The cores" and "The block").
 
 The fast-weight cores share one block stack (as in the official RL code): the core input is
 projected by Linear(d_in -> hidden); then each layer is a pre-LayerNorm fast-weight sublayer
@@ -80,7 +80,7 @@ class LSTMCore(nn.Module):
 
 @dataclass
 class BlockConfig:
-    """Sizes of the block stack (MODELS.md defaults: 2 layers, 4 heads × 32, FF 512)."""
+    """Sizes of the block stack (defaults, the papers' Atari sizes: 2 layers, 4 heads × 32, FF 512)."""
 
     hidden_size: int = 128
     """Width of the residual stream (the input is projected to it)."""

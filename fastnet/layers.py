@@ -78,7 +78,7 @@ class FastWeightLayer(nn.Module):
 
 
 class RecurrentDeltaLayer(nn.Module):
-    """Recurrent Delta Net sublayer (MODELS.md ``rec_delta``). State: W [B,H,d,d], y_{t-1} [B,H,d]."""
+    """Recurrent Delta Net sublayer (Irie et al. 2021, §3; docs/cores.md). State: W [B,H,d,d], y_{t-1} [B,H,d]."""
 
     def __init__(self, hidden_size: int, num_heads: int, head_dim: int):
         super().__init__()

@@ -196,7 +196,7 @@ class MNMPCore(_MNMCore):
     single-layer net on v^w; here it is a Linear map with bias, z'^l_i = Q^l v^w_i + c^l,
     applied per head. z^l are the forward activations of the write key k^w_i under
     φ_{t-1} (tanh on hidden layers, identity on the output layer; z^0 = k^w_i). The
-    update uses the controller's single rate β_t for every layer (MODELS.md) and the
+    update uses the controller's single rate β_t for every layer (docs/cores.md) and the
     same normalisation as L^up: G^l = 2/(H D_l) Σ_i (z^l_i - z'^l_i) z^{l-1}_iᵀ, i.e. the
     gradient of the local regression 1/(H D_l) Σ_i ||M^l z^{l-1}_i - z'^l_i||² taken
     as if layer l were linear. The output layer's map starts as the identity

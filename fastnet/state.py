@@ -1,4 +1,4 @@
-"""Episode resets for core states (MODELS.md, "State resets").
+"""Episode resets for core states (docs/cores.md, "Notation and the common interface").
 
 A core state is a tuple of tensors with the batch on dim 0. Before step t every
 state tensor is multiplied by (1 - done_t), so an all-zero state is the start of

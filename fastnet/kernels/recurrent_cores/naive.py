@@ -20,7 +20,7 @@ def rec_delta_step(
     W: Tensor, y_prev: Tensor, aq: Tensor, ak: Tensor, av: Tensor, ab: Tensor,
     Rq: Tensor, Rk: Tensor, Rv: Tensor, rb: Tensor,
 ) -> tuple[Tensor, Tensor]:
-    """One Recurrent Delta Net step (MODELS.md, ``rec_delta``).
+    """One Recurrent Delta Net step (Irie et al. 2021, §3; docs/cores.md).
 
     ``aq, ak, av`` [B,H,d] and ``ab`` [B,H] are the feed-forward parts W_* x_t; the slow
     recurrent matrices ``R*`` [H,d,d] and ``rb`` [H,d] read tanh(y_{t-1}):
