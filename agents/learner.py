@@ -22,6 +22,7 @@ import torch
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, PositiveFloat, PositiveInt
 from torch import Tensor
 
+from agents import training
 from agents.actor import ActorError, ActorPool
 from agents.config import check, core_section, env_section, from_dict, options
 from agents.errors import ConfigError
@@ -82,15 +83,11 @@ class LossConfig:
 
 
 @dataclass
-class LogConfig:
+class LogConfig(training.LogConfig):
     """Progress line, CSV and TensorBoard."""
 
     return_window: PositiveInt = 100
     """Report the mean return over this many recent episodes."""
-    print_every_s: NonNegativeFloat = 5.0
-    """Seconds between progress lines."""
-    tensorboard: bool = True
-    """Also write TensorBoard scalars to run_dir/tb."""
 
 
 @dataclass

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveInt
 from torch import Tensor, nn
 
+from agents import training
 from agents.checkpoint import atomic_save, atomic_write_text
 from agents.config import check, core_section, options, task_section
 from agents.errors import ConfigError
@@ -101,15 +102,11 @@ class LossConfig:
 
 
 @dataclass
-class LogConfig:
+class LogConfig(training.LogConfig):
     """Progress line, CSV and TensorBoard."""
 
     every: PositiveInt = 50
     """Updates between training-loss rows."""
-    print_every_s: NonNegativeFloat = 5.0
-    """Seconds between progress lines."""
-    tensorboard: bool = True
-    """Also write TensorBoard scalars to run_dir/tb."""
 
 
 @dataclass

@@ -55,6 +55,16 @@ class RunConfig:
 
 
 @dataclass
+class LogConfig:
+    """Progress line, CSV and TensorBoard."""
+
+    print_every_s: NonNegativeFloat = 5.0
+    """Seconds between progress lines."""
+    tensorboard: bool = True
+    """Also write TensorBoard scalars to run_dir/tb."""
+
+
+@dataclass
 class OptimConfig:
     """The optimiser, its learning-rate schedule and the update's safeguards."""
 
