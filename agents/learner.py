@@ -15,20 +15,23 @@ import math
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 import torch
-from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, PositiveFloat, PositiveInt
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from torch import Tensor
 
 from agents import training
-from agents.actor import ActorError, ActorPool
-from agents.config import check, core_section, env_section, from_dict, options
-from agents.errors import ConfigError
+from agents.actor import ActorPool
+from agents.config import check, core_section, env_section, from_dict, options, to_dict
+from agents.errors import ActorError, ConfigError
+from agents.inference import InferenceServer
 from agents.logger import Logger, RecentMean
 from agents.network import AgentNet, MLPNetworkConfig, NetworkConfig, ResNetNetworkConfig
+from agents.ray_backend import RayConfig, RayTransport
 from agents.training import OptimConfig, RunConfig, Trainer, configure_kernels, resolve_device
+from agents.transport import Transport
 from agents.vtrace import impala_losses, total_loss
 
 
@@ -42,16 +45,24 @@ class RLRunConfig(RunConfig):
 
 @dataclass
 class ActorConfig:
-    """The actor processes, which step the envs with a CPU copy of the policy."""
+    """The acting side: processes that step the envs, and where the policy runs."""
 
     num_actors: PositiveInt = 2
-    """Actor processes."""
+    """Actor (or, in server mode, env worker) processes."""
     envs_per_actor: PositiveInt = 64
-    """Envs each actor steps as one batch (learner.batch_size must be a multiple of it)."""
+    """Envs each process steps as one batch (learner.batch_size must be a multiple of it)."""
     unroll_length: PositiveInt = 20
     """T: steps per unroll, the learner's backpropagation span."""
+    inference: Literal["auto", "actor", "server"] = "auto"
+    """Where the policy runs: a CPU copy per actor (actor), or batched on the learner device (server, auto on CUDA)."""
+    server_max_batch: NonNegativeInt = 0
+    """Server mode: the most envs one inference batch serves (0: all)."""
+    server_max_wait_ms: NonNegativeFloat = 2.0
+    """Server mode: how long a batch waits for more envs after the first is ready."""
+    backend: Literal["local", "ray"] = "local"
+    """Where the actors run: processes on this machine (local), or actor hosts across a Ray cluster (ray)."""
     start_method: Literal["fork", "spawn", "forkserver"] = "fork"
-    """How actor processes start (fork starts fastest; a CUDA learner needs spawn or forkserver)."""
+    """How the processes start (fork starts fastest; a CUDA learner in actor mode needs spawn or forkserver)."""
 
 
 @dataclass
@@ -110,6 +121,7 @@ class TrainConfig:
     env: Any = field(default_factory=lambda: env_section("maze")())
     """The environment and its options."""
     actor: ActorConfig = field(default_factory=ActorConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
     network: NetworkConfig = field(default_factory=MLPNetworkConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     loss: LossConfig = field(default_factory=LossConfig)
@@ -155,7 +167,7 @@ def build_model(cfg: TrainConfig, observation_shape: tuple[int, ...], num_action
 
 
 def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig) -> tuple[Tensor, dict[str, Tensor]]:
-    """The IMPALA loss on a batch of unrolls [T+1, N, ...] (layout of :mod:`agents.actor`).
+    """The IMPALA loss on a batch of unrolls [T+1, N, ...] (layout of :mod:`agents.transport`).
 
     The model re-runs steps 0..T from the stored state; its logits and baselines at 0..T-1 are
     scored against the actions a_0..a_{T-1} (stored at 1..T), rewards r_1..r_T and discounts
@@ -177,6 +189,29 @@ def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig) ->
     loss = total_loss(losses, lc.baseline_cost, lc.entropy_cost, {k: num_samples * v for k, v in aux.items()},
                       lc.aux_loss_weights)
     return loss, {**losses, **{f"aux_{k}": v for k, v in aux.items()}}
+
+
+def make_transport(cfg: TrainConfig, model: AgentNet, device: torch.device, observation_shape: tuple[int, ...],
+                   observation_dtype: torch.dtype, seeds: list[int], seed: int) -> Transport:
+    """The acting side that ``actor.backend`` and ``actor.inference`` ask for: Ray actor hosts, the
+    inference server (``inference`` auto picks it when ``device`` is CUDA), or the actor pool."""
+    ac, env_options = cfg.actor, options(cfg.env)
+    if ac.backend == "ray":
+        check(ac.inference != "server", "actor.inference", "server mode runs on the local backend only; with "
+              "actor.backend ray the hosts act with CPU copies of the policy (use actor or auto)")
+        return RayTransport(to_dict(cfg), model, ac.num_actors, ac.envs_per_actor,
+                            cfg.learner.batch_size // ac.envs_per_actor, seeds, cfg.ray)
+    inference = ac.inference if ac.inference != "auto" else "server" if device.type == "cuda" else "actor"
+    if inference == "server":
+        return InferenceServer(model, cfg.env.name, env_options, ac.num_actors, ac.envs_per_actor, ac.unroll_length,
+                               cfg.learner.batch_size, observation_shape, observation_dtype, seeds, device,
+                               ac.server_max_batch, ac.server_max_wait_ms, ac.start_method, seed=seed)
+    actor_model = build_model(cfg, observation_shape, model.num_actions)
+    actor_model.load_state_dict(model.state_dict())
+    actor_model.share_memory()
+    return ActorPool(actor_model, cfg.env.name, env_options, ac.num_actors, ac.envs_per_actor, ac.unroll_length,
+                     cfg.learner.batch_size // ac.envs_per_actor, observation_shape, observation_dtype, seeds,
+                     ac.start_method)
 
 
 class GracefulStop:
@@ -202,12 +237,13 @@ class GracefulStop:
             signal.signal(s, handler)
 
 
-PROGRESS_KEYS = ("sps", "mean_return", "loss", "pg_loss", "baseline_loss", "entropy", "learner_wait")
+PROGRESS_KEYS = ("sps", "mean_return", "loss", "pg_loss", "baseline_loss", "entropy", "learner_wait", "policy_lag")
 
 
-def train(cfg: TrainConfig) -> dict[str, Any]:
+def train(cfg: TrainConfig, on_update: Callable[[int, dict[str, float]], None] | None = None) -> dict[str, Any]:
     """Train until ``run.total_steps`` environment steps, resuming from the run directory if it
-    holds a checkpoint (and ``run.resume``).
+    holds a checkpoint (and ``run.resume``). ``on_update(step, metrics)``, if given, sees every
+    row of the log as it is written (a sweep reports them to Ray Tune).
 
     Returns the final counters, the mean recent return and the SPS from the first update to the end
     (leaving out the start-up).
@@ -230,7 +266,6 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     probe.close()
 
     model = build_model(cfg, obs_shape, num_actions).to(device)
-    actor_model = build_model(cfg, obs_shape, num_actions)
     steps_per_update = cfg.learner.batch_size * cfg.actor.unroll_length
     run_dir = cfg.resolved_run_dir()
     trainer = Trainer(model, cfg.optim, cfg.run.total_steps / steps_per_update, run_dir, cfg, cfg.run.keep_checkpoints)
@@ -240,9 +275,6 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     if payload is not None:
         counters.update(payload["counters"])
         returns.extend(payload["recent_returns"])
-    actor_model.load_state_dict(model.state_dict())
-    actor_model.share_memory()
-
     seeds = [int(np.random.SeedSequence([cfg.run.seed, i, counters["step"]]).generate_state(1)[0])
              for i in range(cfg.actor.num_actors)]
     logger = Logger(run_dir, resume_step=counters["step"], tensorboard=cfg.log.tensorboard,
@@ -252,24 +284,23 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     def checkpoint(milestone: bool = False) -> None:
         trainer.save(counters, milestone=milestone, recent_returns=list(returns.values))
 
-    pool = ActorPool(actor_model, cfg.env.name, env_options, cfg.actor.num_actors, cfg.actor.envs_per_actor,
-                     cfg.actor.unroll_length, cfg.learner.batch_size // cfg.actor.envs_per_actor,
-                     obs_shape, obs_dtype, seeds, cfg.actor.start_method)
+    transport = make_transport(cfg, model, device, obs_shape, obs_dtype, seeds,
+                               seed=int(np.random.SeedSequence([cfg.run.seed, counters["step"]]).generate_state(1)[0]))
     model.train()
     last_ckpt = time.time()
     history: collections.deque[tuple[float, int, float]] = collections.deque(maxlen=20)  # (time, step, waited)
     waited, first = 0.0, None
     try:
-        with pool, GracefulStop() as stop:
+        with transport, GracefulStop() as stop:
             while counters["step"] < cfg.run.total_steps and not stop.requested():
                 t0 = time.time()
-                batch = pool.get_batch(stop.requested)
+                batch = transport.get_batch(stop.requested)
                 if batch is None:
                     break
                 waited += time.time() - t0
                 batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
                 metrics = trainer.update(functools.partial(compute_loss, model, batch, cfg))
-                actor_model.load_state_dict(model.state_dict())
+                transport.publish_weights(model)
 
                 done = batch["done"][1:]
                 returns.extend(batch["episode_return"][1:][done].tolist())
@@ -281,9 +312,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 (t_a, step_a, wait_a), (t_b, step_b, wait_b) = history[0], history[-1]
                 metrics = {"sps": (step_b - step_a) / (t_b - t_a) if t_b > t_a else math.nan,
                            "learner_wait": (wait_b - wait_a) / (t_b - t_a) if t_b > t_a else math.nan,
-                           "mean_return": returns.mean(), "episodes": counters["episodes"], **metrics}
+                           "mean_return": returns.mean(), "episodes": counters["episodes"], **metrics,
+                           **transport.stats()}
                 logger.log(counters["step"], metrics)
-                logger.progress(counters["step"], {k: metrics[k] for k in PROGRESS_KEYS},
+                if on_update is not None:
+                    on_update(counters["step"], metrics)
+                logger.progress(counters["step"], {k: metrics[k] for k in PROGRESS_KEYS if k in metrics},
                                 force=bool(metrics["nonfinite"]))
                 if milestones and counters["step"] >= milestones[0]:
                     while milestones and counters["step"] >= milestones[0]:

@@ -3,6 +3,8 @@
     python launch/bench.py cores     # forward+backward time and memory per core, as ratios to lstm
     python launch/bench.py maze      # env-steps/s of the batched Numba maze vs plain Python, N = 1 .. 16384
     python launch/bench.py atari     # actor-side steps/s (env + policy) vs raw AtariVectorEnv, same N
+    python launch/bench.py inference --env maze    # raw envs, actor mode, server mode, zero-cost server
+    python launch/bench.py backends --env maze     # end-to-end training SPS: local backend vs Ray
 """
 from __future__ import annotations
 
@@ -276,6 +278,171 @@ def _pool_rate(args: argparse.Namespace, model: torch.nn.Module, n: int) -> floa
     return batches * args.pool_unroll * per_actor / (last - start)
 
 
+class UniformPolicy(torch.nn.Module):
+    """The zero-cost policy of the inference benchmark: uniform random actions, no network, no state."""
+
+    def __init__(self, num_actions: int):
+        super().__init__()
+        self.num_actions = num_actions
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> tuple:
+        return ()
+
+    def act(self, obs: torch.Tensor, prev_reward: torch.Tensor, prev_action: torch.Tensor, done: torch.Tensor,
+            state: tuple, sample: bool = True, generator: torch.Generator | None = None) -> tuple:
+        n = obs.shape[0]
+        action = torch.randint(self.num_actions, (n,), device=obs.device, generator=generator)
+        return action, torch.zeros(n, self.num_actions, device=obs.device), ()
+
+
+def _raw_worker(env_name: str, env_options: dict, num_envs: int, seed: int, seconds: float, out) -> None:
+    """Step ``num_envs`` envs with uniform random actions for ``seconds``; send the steps taken."""
+    import numpy as np
+
+    import envs
+
+    env = envs.make(env_name, num_envs=num_envs, seed=seed, **env_options)
+    env.reset()
+    rng = np.random.default_rng(seed)
+    actions = [rng.integers(0, env.num_actions, num_envs) for _ in range(64)]
+    for j in range(64):  # warm-up
+        env.step(actions[j])
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        env.step(actions[calls % 64])
+        calls += 1
+    out.send(num_envs * calls / (time.perf_counter() - start))
+    env.close()
+
+
+def _raw_rate(env_name: str, env_options: dict, workers: int, num_envs: int, seconds: float) -> float:
+    """Env-steps/s of ``workers`` processes stepping their envs with random actions: no policy, no transport."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    pipes = [ctx.Pipe(duplex=False) for _ in range(workers)]
+    procs = [ctx.Process(target=_raw_worker, args=(env_name, env_options, num_envs, i, seconds, pipes[i][1]))
+             for i in range(workers)]
+    for p in procs:
+        p.start()
+    rates = [pipe[0].recv() for pipe in pipes]
+    for p in procs:
+        p.join()
+    return sum(rates)
+
+
+def _transport_rate(transport, steps_per_batch: int, seconds: float) -> float:
+    """Env-steps/s delivered by ``transport`` to a learner that only takes batches, after 1 s of warm-up."""
+    with transport:
+        start = time.perf_counter()
+        while time.perf_counter() - start < 1.0:
+            transport.get_batch()
+        batches, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            transport.get_batch()
+            batches += 1
+        return batches * steps_per_batch / (time.perf_counter() - start)
+
+
+def bench_inference(args: argparse.Namespace) -> None:
+    """Env-steps/s of the acting side (no learner), and its fraction of the raw envs, side by side:
+
+    * raw: ``--num-actors`` processes stepping their envs with random actions (no policy, no transport);
+    * actor mode: :class:`agents.actor.ActorPool`, each process running a CPU copy of the policy;
+    * server mode: :class:`agents.inference.InferenceServer`, the policy batched on ``--device``;
+    * server, zero-cost policy: the same with uniform random actions and no network, which
+      isolates what the transport itself costs.
+
+    The policy is the entry point's network and core at its defaults (``launch/configs``), in one
+    torch thread per process. Repetitions are interleaved (round robin) and medians compared.
+    """
+    import envs
+    from agents.config import options
+    from agents.learner import build_model, make_transport
+    from agents.training import resolve_device
+    from launch import atari, maze
+
+    flags = ["--core", args.core, "--num_actors", str(args.num_actors), "--actor.envs_per_actor",
+             str(args.envs_per_actor), "--learner.batch_size", str(args.envs_per_actor), "--actor.unroll_length",
+             str(args.unroll), "--device", args.device]
+    cfg = maze.load(flags) if args.env == "maze" else atari.load(flags + ["--game", args.game])
+    device = resolve_device(cfg.run.device)
+    torch.set_num_threads(1)
+    env_options = options(cfg.env)
+    probe = envs.make(cfg.env.name, num_envs=1, **env_options)
+    obs_shape, num_actions = tuple(probe.observation_shape), probe.num_actions
+    obs_dtype = torch.from_numpy(probe.reset()).dtype
+    probe.close()
+    model = build_model(cfg, obs_shape, num_actions).to(device)
+    W, E, T = args.num_actors, args.envs_per_actor, args.unroll
+    seeds = list(range(W))
+
+    def transport(inference: str, policy: torch.nn.Module) -> float:
+        cfg.actor.inference = inference
+        return _transport_rate(make_transport(cfg, policy, device, obs_shape, obs_dtype, seeds, seed=0), T * E,
+                               args.seconds)
+
+    modes = {"raw envs": lambda: _raw_rate(cfg.env.name, env_options, W, E, args.seconds),
+             "actor mode": lambda: transport("actor", model),
+             "server mode": lambda: transport("server", model),
+             "server, zero-cost policy": lambda: transport("server", UniformPolicy(num_actions).to(device))}
+    rates: dict[str, list[float]] = {m: [] for m in modes}
+    for _ in range(args.reps):
+        for mode, run in modes.items():
+            rates[mode].append(run())
+    med = {m: statistics.median(r) for m, r in rates.items()}
+    print(f"{args.env}{' ' + args.game if args.env == 'atari' else ''}, core {args.core}, {W} processes x {E} envs, "
+          f"unroll {T}, policy on {device}, median of {args.reps} x {args.seconds:g} s, {os.cpu_count()} cpus")
+    print(f"{'mode':<28}{'steps/s':>10}{'vs raw':>8}")
+    for mode, rate in med.items():
+        print(f"{mode:<28}{rate:>10.0f}{rate / med['raw envs']:>8.2f}")
+
+
+def bench_backends(args: argparse.Namespace) -> None:
+    """End-to-end training steps/s of the same run on the local backend and on Ray, side by side:
+    repetitions alternate local and ray runs of ``--steps`` steps each (fresh run directories),
+    and the medians of the runs' final SPS are compared. Ray is a local one with every CPU here,
+    or (``--fake-nodes K``) a ``ray.cluster_utils.Cluster`` of K nodes on this machine, which
+    spreads the hosts over K raylets as a real cluster would."""
+    import ray
+
+    from agents.learner import train
+    from launch import atari, maze
+
+    cluster = None
+    if args.fake_nodes:
+        from ray.cluster_utils import Cluster
+
+        cpus = os.cpu_count() or 2
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": cpus, "include_dashboard": False})
+        for _ in range(args.fake_nodes - 1):
+            cluster.add_node(num_cpus=cpus)
+        ray.init(address=cluster.address, configure_logging=False, log_to_driver=False)
+    else:
+        ray.init(include_dashboard=False, configure_logging=False, log_to_driver=False)
+    load = maze.load if args.env == "maze" else atari.load
+    extra = ["--game", args.game] if args.env == "atari" else []
+    sps: dict[str, list[float]] = {"local": [], "ray": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(args.reps):
+            for backend in sps:
+                cfg = load(["--core", args.core, "--total_steps", str(args.steps), "--run_dir", f"{tmp}/{backend}{rep}",
+                            "--actor.backend", backend, "--log.tensorboard", "false", "--log.print_every_s", "1e9",
+                            *extra, *args.flags])
+                sps[backend].append(train(cfg)["sps"])
+    ray.shutdown()
+    if cluster is not None:
+        cluster.shutdown()
+    med = {b: statistics.median(r) for b, r in sps.items()}
+    where = f"fake {args.fake_nodes}-node cluster" if args.fake_nodes else "local Ray"
+    env = f"{args.env} {args.game}" if args.env == "atari" else args.env
+    print(f"{env}, core {args.core}, {args.steps:,} steps per run, median of {args.reps}, Ray: {where}, "
+          f"{os.cpu_count()} cpus")
+    for backend, runs in sps.items():
+        print(f"{backend:<8}{med[backend]:>10.0f} steps/s  (runs: {', '.join(f'{r:.0f}' for r in runs)})")
+    print(f"ray / local: {med['ray'] / med['local']:.2f}")
+
+
 def _shape(text: str) -> tuple[int, int]:
     T, B = text.lower().split("x")
     return int(T), int(B)
@@ -313,6 +480,27 @@ def main(argv: list[str] | None = None) -> None:
     atari.add_argument("--pool", type=int, default=None, metavar="A",
                        help="also time agents.actor.ActorPool with A actor processes (default: one per core; 0: skip)")
     atari.set_defaults(run=bench_atari)
+    inference = sub.add_parser("inference", help="acting-side steps/s: raw envs, actor mode, server mode, zero-cost")
+    inference.add_argument("--env", choices=["maze", "atari"], default="maze")
+    inference.add_argument("--game", default="Pong", help="Atari game (--env atari)")
+    inference.add_argument("--core", default="lstm", choices=list(CORES))
+    inference.add_argument("--num-actors", type=int, default=2, help="actor or env worker processes")
+    inference.add_argument("--envs-per-actor", type=int, default=64)
+    inference.add_argument("--unroll", type=int, default=20)
+    inference.add_argument("--device", default="auto", help="where server mode runs the policy (auto: cuda if any)")
+    inference.add_argument("--seconds", type=float, default=4.0, help="length of one timing")
+    inference.add_argument("--reps", type=int, default=3)
+    inference.set_defaults(run=bench_inference)
+    backends = sub.add_parser("backends", help="end-to-end training SPS: local backend vs Ray, side by side")
+    backends.add_argument("--env", choices=["maze", "atari"], default="maze")
+    backends.add_argument("--game", default="Pong", help="Atari game (--env atari)")
+    backends.add_argument("--core", default="lstm", choices=list(CORES))
+    backends.add_argument("--steps", type=int, default=1_000_000, help="steps per training run")
+    backends.add_argument("--reps", type=int, default=3)
+    backends.add_argument("--fake-nodes", type=int, default=0, help="K > 0: Ray on a fake K-node cluster")
+    backends.add_argument("--flags", nargs=argparse.REMAINDER, default=[],
+                          help="more flags for both runs, e.g. --flags --num_actors 4 (last)")
+    backends.set_defaults(run=bench_backends)
     args = parser.parse_args(argv)
     args.run(args)
 

@@ -17,9 +17,8 @@ import pytest
 import torch
 
 import fastnet
-from agents.actor import ActorError
 from agents.checkpoint import latest_checkpoint, load_checkpoint
-from agents.errors import ConfigMismatchError
+from agents.errors import ActorError, ConfigMismatchError
 from agents.learner import TrainConfig, train
 from agents.logger import read_csv
 from fastnet.registry import core_class
@@ -92,13 +91,14 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
+@pytest.mark.parametrize("inference", ["actor", "server"])
 @pytest.mark.parametrize("stop_signal,to_group", [(signal.SIGINT, False), (signal.SIGTERM, True)],
                          ids=["sigint_to_learner", "sigterm_to_group"])
-def test_stop_signal_checkpoints_and_stops_every_process(stop_signal, to_group, tmp_path):
+def test_stop_signal_checkpoints_and_stops_every_process(stop_signal, to_group, inference, tmp_path):
     """Ctrl-C reaches the learner; a scheduler's SIGTERM (preemption) reaches every process."""
     run_dir = str(tmp_path / "stop")
     argv = [sys.executable, MAZE, "--core", "lstm", "--run_dir", run_dir, "--total_steps", "10000000",
-            *tiny_flags("lstm"), *SMALL]
+            *tiny_flags("lstm"), *SMALL, "--actor.inference", inference]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     csv_path = os.path.join(run_dir, "logs.csv")

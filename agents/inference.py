@@ -1,0 +1,311 @@
+"""Server mode: env workers only step envs; one inference loop runs the policy batched on the
+learner's device (the design of SEED RL, Espeholt et al. 2020, and Sample Factory).
+
+* Each of ``num_workers`` processes steps ``envs_per_worker`` envs. It writes observations,
+  rewards and dones into its shared slot, puts its index on ``ready`` and waits on its own
+  ``acted`` pipe for the actions.
+* The inference loop (a thread of the learner's process) takes whichever workers are ready
+  (dynamic batching: up to ``max_batch_envs`` envs, waiting at most ``max_wait_ms`` after the
+  first), runs ``policy.act`` once for all their envs, and writes the actions back. It acts with
+  the learner's model itself, so it always has the latest weights and nothing is copied. The
+  behaviour logits are stored with each step, so V-trace corrects for weights that change
+  during an unroll (or during a batch, since updates are not locked out).
+* The core state of every env lives in one table on the device, one row per env; the core
+  zeroes a row itself where ``done`` starts an episode.
+* Unrolls are written where the learner reads them: into batch buffers [T+1, batch_size, ...]
+  on the device, each split into groups of ``envs_per_worker`` columns. A worker's unroll takes
+  a free group; a batch whose groups are all written goes to the learner, which uses it in place
+  and hands it back with its next :meth:`InferenceServer.get_batch`. When no group is free (the
+  learner is behind) the worker waits, which is the backpressure; the others go on.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import math
+import os
+import queue
+import threading
+import time
+import traceback
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from agents.actor import create_buffers
+from agents.errors import ActorError
+from agents.transport import Batch, Transport
+from agents.workers import IndexQueue, PipeFlag, WorkerProcesses
+
+WAKE = -1  # put on ``ready`` by the learner when it hands back a batch, so a waiting loop looks again
+STEP_KEYS = ("obs", "reward", "done", "episode_return", "episode_length")  # what a worker writes
+
+
+def create_slots(num_workers: int, num_envs: int, observation_shape: tuple[int, ...],
+                 observation_dtype: torch.dtype) -> dict[str, Tensor]:
+    """Shared-memory slots [num_workers, num_envs, ...]: a worker's last step, and its next actions."""
+    shape = (num_workers, num_envs)
+    slots = {"obs": torch.zeros(shape + tuple(observation_shape), dtype=observation_dtype),
+             "reward": torch.zeros(shape), "done": torch.zeros(shape, dtype=torch.bool),
+             "episode_return": torch.zeros(shape), "episode_length": torch.zeros(shape, dtype=torch.int32),
+             "action": torch.zeros(shape, dtype=torch.int64)}
+    return {key: slot.share_memory_() for key, slot in slots.items()}
+
+
+def env_worker_loop(env_name: str, env_options: dict[str, Any], num_envs: int, seed: int, index: int,
+                    slots: dict[str, Tensor], ready: IndexQueue, acted: IndexQueue, stop: PipeFlag) -> None:
+    """Process body: step the envs with the actions the server writes, until ``stop`` is set or
+    the learner dies."""
+    import envs
+
+    parent = os.getppid()
+    torch.set_num_threads(1)
+    env = envs.make(env_name, num_envs=num_envs, seed=seed, **env_options)
+    slots["obs"][index] = torch.from_numpy(env.reset())
+    slots["done"][index] = True  # reward, action and the episode totals start at 0
+    ready.put(index)
+    while not stop.is_set() and os.getppid() == parent:  # a worker whose learner was killed exits
+        try:
+            acted.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        obs, reward, done, info = env.step(slots["action"][index].numpy())
+        step = {"obs": obs, "reward": reward, "done": done,
+                "episode_return": np.asarray(info["episode_return"], np.float32),
+                "episode_length": np.asarray(info["episode_length"], np.int32)}
+        for key in STEP_KEYS:
+            slots[key][index] = torch.from_numpy(step[key])
+        ready.put(index)
+    env.close()
+
+
+class InferenceServer(Transport):
+    """Server mode: the env workers, the inference loop and the batch buffers (module docstring)."""
+
+    def __init__(self, policy: nn.Module, env_name: str, env_options: dict[str, Any], num_workers: int,
+                 envs_per_worker: int, unroll_length: int, batch_size: int, observation_shape: tuple[int, ...],
+                 observation_dtype: torch.dtype, seeds: list[int], device: torch.device, max_batch_envs: int = 0,
+                 max_wait_ms: float = 2.0, start_method: str = "fork", sample: bool = True, seed: int = 0):
+        """``policy`` is the learner's model (anything with ``num_actions``, ``initial_state`` and
+        ``act`` as :class:`agents.network.AgentNet`), on ``device``; ``batch_size`` must be a
+        multiple of ``envs_per_worker``; ``max_batch_envs`` 0 means all envs; ``sample`` false
+        takes the argmax action; ``seed`` seeds the sampling."""
+        if batch_size % envs_per_worker:
+            raise ValueError(f"batch_size {batch_size} is not a multiple of envs_per_worker {envs_per_worker}")
+        self.policy, self.device, self.sample = policy, device, sample
+        self.num_workers, self.envs_per_worker, self.unroll_length = num_workers, envs_per_worker, unroll_length
+        self.groups_per_batch = batch_size // envs_per_worker
+        # Workers hold at most num_workers groups, which the FIFO below keeps within
+        # ceil(num_workers / groups_per_batch) + 1 batches; one more is the learner's, one is ready.
+        num_batches = math.ceil(num_workers / self.groups_per_batch) + 3
+        # One set of tensors per batch: the learner's autograd checks that the tensors it saved
+        # are not written meanwhile, which it would see as writes to a shared tensor.
+        self.batches = [{**{key: buf[0] for key, buf in create_buffers(
+            1, unroll_length, batch_size, observation_shape, observation_dtype, policy.num_actions,
+            policy.initial_state(batch_size, device), device).items()},
+            "env_slot": torch.zeros(batch_size, dtype=torch.int64, device=device)} for _ in range(num_batches)]
+        self.slots = create_slots(num_workers, envs_per_worker, observation_shape, observation_dtype)
+        num_envs = num_workers * envs_per_worker
+        self.max_batch_envs = max_batch_envs or num_envs
+        self.max_wait_s = max_wait_ms / 1e3
+        spans = max(num_workers, self.groups_per_batch)  # spans[k]: the E indices k*E .. k*E + E-1
+        self.spans = torch.arange(spans * envs_per_worker, device=device).view(spans, envs_per_worker)
+        self.state_table = tuple(policy.initial_state(num_envs, device))
+        self.prev_action = torch.zeros(num_envs, dtype=torch.int64, device=device)
+        self.prev_logits = torch.zeros((num_envs, policy.num_actions), device=device)
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(seed)
+        self.ready, self.acted = IndexQueue(), [IndexQueue() for _ in range(num_workers)]
+        self.workers = WorkerProcesses(
+            env_worker_loop, [(env_name, env_options, envs_per_worker, seeds[i], i, self.slots, self.ready,
+                               self.acted[i]) for i in range(num_workers)], "env worker", start_method)
+        self.processes = self.workers.processes
+        # The loop's bookkeeping (only its thread touches these): free groups (batch, group) in
+        # FIFO order, each worker's group and next step, the groups written per batch.
+        self.free_groups = collections.deque((b, g) for b in range(num_batches) for g in range(self.groups_per_batch))
+        self.group: list[tuple[int, int] | None] = [None] * num_workers
+        self.step_in_unroll = [0] * num_workers
+        self.groups_written = [0] * num_batches
+        # Batches handed over, each with a CUDA event after which its writes (or reads) are done.
+        self.full: queue.Queue[tuple[int, Any]] = queue.Queue()  # loop -> learner
+        self.released: queue.Queue[tuple[int, Any]] = queue.Queue()  # learner -> loop
+        self.held: int | None = None  # the batch the learner is using
+        self.stopping = threading.Event()
+        self.error: str | None = None
+        self.served = [0, 0]  # inference batches, and envs served in them
+        self.served_at_last_stats = [0, 0]
+        self.thread = threading.Thread(target=self._loop, name="inference", daemon=True)
+
+    def start(self) -> None:
+        self.workers.start()
+        self.thread.start()
+
+    # --- the learner's side ---------------------------------------------------------------
+
+    def get_batch(self, should_stop: Callable[[], bool] = lambda: False) -> Batch | None:
+        """The next full batch, as views of the device buffers (no copy), with ``env_slot`` [N],
+        the env (worker × envs_per_worker + env) of each column; valid until the next call."""
+        if self.held is not None:
+            self.released.put((self.held, self._event()))  # the loop writes it again once the learner's reads are done
+            self.ready.put(WAKE)
+            self.held = None
+        while True:
+            if should_stop():
+                return None
+            self.check()
+            try:
+                b, written = self.full.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            self._wait(written)
+            self.held = b
+            return self.batches[b]
+
+    def publish_weights(self, model: nn.Module) -> None:
+        """Nothing to do: the loop acts with the learner's model itself."""
+
+    def stats(self) -> dict[str, float]:
+        """The mean envs per inference batch since the last call (how well dynamic batching batches)."""
+        (batches, envs), (batches_0, envs_0) = self.served, self.served_at_last_stats
+        self.served_at_last_stats = [batches, envs]
+        return {"inference_batch": (envs - envs_0) / (batches - batches_0) if batches > batches_0 else float("nan")}
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise ActorError(f"the inference loop crashed: {self.error.rstrip().splitlines()[-1]} (its traceback "
+                             f"is above); fix the cause and run the same command again to resume from the last "
+                             f"checkpoint", self.error)
+        self.workers.check()
+
+    def close(self) -> None:
+        self.stopping.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=10.0)
+        self.workers.close()
+        for q in (self.ready, *self.acted):
+            q.close()
+
+    # --- the inference loop ---------------------------------------------------------------
+
+    def _loop(self) -> None:
+        stalled: list[int] = []  # workers at the start of an unroll that found no free group
+        try:
+            stream = torch.cuda.stream(torch.cuda.Stream(self.device)) if self.device.type == "cuda" \
+                else contextlib.nullcontext()
+            with torch.no_grad(), stream:  # on CUDA, its own stream: not queued behind the learner's kernels
+                while not self.stopping.is_set():
+                    workers = self._collect(stalled)
+                    if workers:
+                        self._serve(workers, stalled)
+        except BaseException:
+            self.error = traceback.format_exc()
+            print(f"the inference loop crashed:\n{self.error}", flush=True)
+
+    def _collect(self, stalled: list[int]) -> list[int]:
+        """Dynamic batching: the workers to serve now. Stalled workers come first once a group is
+        free. Waits up to 0.1 s for the first ready worker, then for more until ``max_batch_envs``
+        envs are ready or ``max_wait`` has passed; a worker that comes later is in the next batch."""
+        workers: list[int] = []
+        deadline = None
+        while len(workers) * self.envs_per_worker < self.max_batch_envs:
+            while not self.released.empty():  # the learner handed back a batch: its groups are free
+                b, read = self.released.get()
+                self._wait(read)
+                self.free_groups.extend((b, g) for g in range(self.groups_per_batch))
+            if stalled and self.free_groups:
+                workers += stalled
+                stalled.clear()
+                continue
+            timeout = 0.1 if deadline is None else deadline - time.monotonic()
+            try:
+                i = self.ready.get(timeout=timeout)
+            except queue.Empty:
+                break
+            if i != WAKE:
+                workers.append(i)
+                deadline = deadline or time.monotonic() + self.max_wait_s
+        return workers
+
+    def _serve(self, workers: list[int], stalled: list[int]) -> None:
+        """Write the workers' steps into their unrolls, act for them, and hand out full batches."""
+        E, T = self.envs_per_worker, self.unroll_length
+        rows: list[tuple[int, int, int, int]] = []  # (worker, batch, step, group) of each step to write
+        starts: list[tuple[int, int, int]] = []  # (worker, batch, group) of each unroll that starts here
+        finished: list[int] = []  # batch of each group that is now complete
+        acting: list[int] = []
+        for w in workers:
+            if self.group[w] is not None:
+                b, g = self.group[w]
+                rows.append((w, b, self.step_in_unroll[w], g))
+                self.step_in_unroll[w] += 1
+                if self.step_in_unroll[w] > T:
+                    finished.append(b)
+                    self.group[w] = None
+            if self.group[w] is None:  # step 0 of the next unroll repeats step T of the last
+                if not self.free_groups:
+                    stalled.append(w)  # the backpressure: served once the learner hands a batch back
+                    continue
+                b, g = self.group[w] = self.free_groups.popleft()
+                rows.append((w, b, 0, g))
+                starts.append((w, b, g))
+                self.step_in_unroll[w] = 1
+            acting.append(w)
+
+        # One copy of the workers' steps to the device, then one scatter per key and batch.
+        seen = list(dict.fromkeys(r[0] for r in rows))
+        position = {w: i for i, w in enumerate(seen)}
+        step = {key: self.slots[key][seen].flatten(0, 1).to(self.device, non_blocking=True) for key in STEP_KEYS}
+        for b in dict.fromkeys(r[1] for r in rows):
+            batch, mine = self.batches[b], [r for r in rows if r[1] == b]
+            src, env, col = self._columns([position[r[0]] for r in mine], [r[0] for r in mine], [r[3] for r in mine])
+            t = torch.tensor([r[2] for r in mine], device=self.device).repeat_interleave(E)
+            for key in STEP_KEYS:
+                batch[key][t, col] = step[key][src]
+            batch["action"][t, col] = self.prev_action[env]
+            batch["logits"][t, col] = self.prev_logits[env]
+        for b in dict.fromkeys(s[1] for s in starts):
+            batch, mine = self.batches[b], [s for s in starts if s[1] == b]
+            env, col = self._columns([s[0] for s in mine], [s[2] for s in mine])
+            for i, table in enumerate(self.state_table):
+                batch[f"state_{i}"][col] = table[env]
+            batch["env_slot"][col] = env
+
+        if acting:
+            src, env = self._columns([position[w] for w in acting], acting)
+            action, logits, state = self.policy.act(step["obs"][src], step["reward"][src], self.prev_action[env],
+                                                    step["done"][src], tuple(s[env] for s in self.state_table),
+                                                    sample=self.sample, generator=self.generator)
+            for table, s in zip(self.state_table, state):
+                table[env] = s
+            self.prev_action[env] = action
+            self.prev_logits[env] = logits
+            self.slots["action"].view(-1)[env.cpu()] = action.cpu()
+            for w in acting:
+                self.acted[w].put(0)
+            self.served[0] += 1
+            self.served[1] += len(acting) * E
+        for b in finished:
+            self.groups_written[b] += 1
+            if self.groups_written[b] == self.groups_per_batch:
+                self.groups_written[b] = 0
+                self.full.put((b, self._event()))
+
+    def _event(self) -> torch.cuda.Event | None:
+        """A CUDA event recorded on this thread's current stream (None on the CPU)."""
+        if self.device.type != "cuda":
+            return None
+        event = torch.cuda.Event()
+        event.record()
+        return event
+
+    def _wait(self, event: torch.cuda.Event | None) -> None:
+        """Make this thread's current stream wait for ``event`` (work of the other thread's stream)."""
+        if event is not None:
+            torch.cuda.current_stream(self.device).wait_event(event)
+
+    def _columns(self, *groups: list[int]) -> tuple[Tensor, ...]:
+        """For each list of group numbers (of envs_per_worker envs each), the env indices they
+        cover, on the device: [g0*E, ..., g0*E + E-1, g1*E, ...]."""
+        return tuple(self.spans[g].flatten() for g in groups)

@@ -1,0 +1,240 @@
+"""The Ray backend: actor hosts spread over the machines of a Ray cluster (``actor.backend: ray``).
+
+* Each of ``actor.num_actors`` hosts is a Ray actor (``@ray.remote`` with ``max_restarts``) that
+  steps ``actor.envs_per_actor`` envs with a CPU copy of the policy, one unroll per call, as an
+  actor process does in actor mode (:class:`agents.actor.EnvRunner`). A placement group with
+  one bundle per host, strategy SPREAD, places them across the nodes; the learner is the driver
+  process, on the node where the run was launched (the GPU node).
+* Unrolls come back through the object store. Each host has at most ``ray.max_in_flight``
+  unroll calls outstanding; a new one is asked for only when the learner has taken one
+  (``ray.wait``), so a slow learner slows the hosts instead of filling memory.
+* The learner publishes its weights with ``ray.put`` every ``ray.weights_every`` updates; each
+  call carries a reference to the latest weights, which a host loads between unrolls when they
+  are newer than its own. Each unroll reports the weights version it was acted with, and the
+  learner logs the policy lag (updates between acting and learning).
+* A host that dies (its process killed, its node removed) is restarted by Ray, on another node
+  if its own is gone; the run goes on, and the log counts the restarts and the unrolls lost.
+  After ``ray.max_restarts`` restarts of one host the run stops with an :class:`ActorError`.
+"""
+from __future__ import annotations
+
+import collections
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
+from torch import nn
+
+from agents.errors import ActorError, ConfigError
+from agents.transport import Batch, Transport
+
+
+@dataclass
+class RayConfig:
+    """The Ray backend (actor.backend: ray): the cluster, and how unrolls and weights travel."""
+
+    address: str = "auto"
+    """Cluster to join: auto (a running one, else start one here), local (always start one here), or host:port."""
+    max_in_flight: PositiveInt = 2
+    """Unroll calls outstanding per host: the backpressure bound."""
+    weights_every: PositiveInt = 1
+    """Publish the learner's weights to the hosts every this many updates."""
+    max_restarts: NonNegativeInt = 10
+    """Restarts Ray makes of a host that died, before the run stops."""
+    cpus_per_host: PositiveFloat = 1.0
+    """CPUs each host reserves in the placement group."""
+
+
+def init_ray(address: str) -> bool:
+    """Connect to (or start) a Ray cluster; returns whether this call started or joined it (and so
+    should shut it down). A cluster already initialised in this process is used as it is."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"log_to_driver": True, "configure_logging": False}
+    if address == "local":
+        ray.init(**kwargs)
+    elif address == "auto":
+        try:
+            ray.init(address="auto", **kwargs)
+        except ConnectionError:  # no cluster running here: start one
+            ray.init(**kwargs)
+    else:
+        try:
+            ray.init(address=address, **kwargs)
+        except ConnectionError as e:
+            raise ConfigError(f"--ray.address: cannot reach a Ray cluster at {address} ({e}); start one with "
+                              "`ray start --head` or use --ray.address local") from None
+    return True
+
+
+class ActorHost:
+    """A Ray actor: a batch of envs and a CPU copy of the policy; :meth:`unroll` returns the next
+    unroll as numpy arrays in the layout of :mod:`agents.transport`."""
+
+    def __init__(self, config: dict[str, Any], num_envs: int, seed: int):
+        import ray
+
+        import envs
+        from agents.actor import EnvRunner, create_buffers
+        from agents.config import options
+        from agents.learner import build_model, config_from_dict
+
+        torch.set_num_threads(1)
+        torch.manual_seed(seed)
+        cfg = config_from_dict(config, "the learner's config")
+        env = envs.make(cfg.env.name, num_envs=num_envs, seed=seed, **options(cfg.env))
+        self.model = build_model(cfg, tuple(env.observation_shape), env.num_actions).eval()
+        self.runner = EnvRunner(env, self.model)
+        buffers = create_buffers(1, cfg.actor.unroll_length, num_envs, tuple(env.observation_shape),
+                                 self.runner.step["obs"].dtype, env.num_actions, self.model.initial_state(num_envs))
+        self.out = {key: buf[0] for key, buf in buffers.items()}
+        self.version = -1
+        self.unrolls_done = 0
+        self.node = ray.get_runtime_context().get_node_id()
+
+    def unroll(self, weights: list[Any], version: int) -> dict[str, Any]:
+        """The next unroll, acted with the weights ``weights[0]`` (an object reference, fetched
+        only if ``version`` is newer than those held)."""
+        import ray
+
+        if version > self.version:
+            self.model.load_state_dict(ray.get(weights[0]))
+            self.version = version
+        self.runner.unroll(self.out)
+        self.unrolls_done += 1
+        return {"unroll": {key: value.numpy().copy() for key, value in self.out.items()}, "version": self.version,
+                "node": self.node, "pid": os.getpid()}
+
+
+    def where(self) -> dict[str, Any]:
+        """The host's node, process and the unrolls it has made (for monitoring and tests)."""
+        return {"node": self.node, "pid": os.getpid(), "unrolls_done": self.unrolls_done}
+
+
+class RayTransport(Transport):
+    """The learner's side of the Ray backend (module docstring)."""
+
+    def __init__(self, config: dict[str, Any], model: nn.Module, num_hosts: int, envs_per_host: int,
+                 unrolls_per_batch: int, seeds: list[int], ray_cfg: RayConfig,
+                 log: Callable[[str], None] = lambda line: print(line, flush=True)):
+        self.config, self.num_hosts, self.envs_per_host = config, num_hosts, envs_per_host
+        self.unrolls_per_batch, self.seeds, self.cfg, self.log = unrolls_per_batch, seeds, ray_cfg, log
+        self.model = model
+        self.hosts: list[Any] = []
+        self.pending: dict[Any, int] = {}  # object reference of an unroll call -> host
+        self.updates = 0  # learner updates so far (publish_weights calls)
+        self.version = 0  # the updates count of the published weights
+        self.weights: list[Any] = []
+        self.failures = [0] * num_hosts
+        self.counters = {"host_failures": 0, "hosts_restarted": 0, "unrolls_lost": 0}
+        self.lags: collections.deque[float] = collections.deque(maxlen=unrolls_per_batch)
+        self.pids: dict[int, int] = {}  # host -> process id of its last unroll (a new one: restarted)
+        self.owns_ray = False
+        self.placement_group = None
+
+    def start(self) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.owns_ray = init_ray(self.cfg.address)
+        self.placement_group = placement_group([{"CPU": self.cfg.cpus_per_host}] * self.num_hosts, strategy="SPREAD")
+        ready, _ = ray.wait([self.placement_group.ready()], timeout=120)
+        if not ready:
+            raise ActorError(f"the Ray cluster cannot place {self.num_hosts} actor hosts of {self.cfg.cpus_per_host:g} "
+                             f"CPU each (it has {ray.cluster_resources().get('CPU', 0):g} CPUs); use fewer "
+                             "--num_actors, a smaller --ray.cpus_per_host, or more nodes")
+        host_class = ray.remote(ActorHost)
+        self.hosts = [host_class.options(
+            num_cpus=self.cfg.cpus_per_host, max_restarts=self.cfg.max_restarts, max_task_retries=0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement_group, placement_group_bundle_index=i),
+        ).remote(self.config, self.envs_per_host, self.seeds[i]) for i in range(self.num_hosts)]
+        self._put_weights()
+        for host in range(self.num_hosts):
+            for _ in range(self.cfg.max_in_flight):
+                self._submit(host)
+
+    def _put_weights(self) -> None:
+        import ray
+
+        self.weights = [ray.put({k: v.detach().cpu() for k, v in self.model.state_dict().items()})]
+        self.version = self.updates
+
+    def _submit(self, host: int) -> None:
+        self.pending[self.hosts[host].unroll.remote(self.weights, self.version)] = host
+
+    def in_flight(self, host: int) -> int:
+        return sum(h == host for h in self.pending.values())
+
+    def get_batch(self, should_stop: Callable[[], bool] = lambda: False) -> Batch | None:
+        """``unrolls_per_batch`` unrolls joined on the batch dim; each taken unroll's host is asked
+        for its next one."""
+        import ray
+
+        unrolls = []
+        while len(unrolls) < self.unrolls_per_batch:
+            if should_stop():
+                return None
+            done, _ = ray.wait(list(self.pending), num_returns=1, timeout=0.5)
+            for ref in done:
+                host = self.pending.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
+                    self._host_failed(host, e)
+                else:
+                    if self.pids.get(host, result["pid"]) != result["pid"]:
+                        self.counters["hosts_restarted"] += 1
+                        self.log(f"actor host {host} restarted, on node {result['node'][:8]}")
+                    self.pids[host], self.failures[host] = result["pid"], 0
+                    self.lags.append(self.updates - result["version"])
+                    unrolls.append(result["unroll"])
+                self._submit(host)
+        return {key: (torch.from_numpy(np.concatenate([u[key] for u in unrolls], axis=0)) if key.startswith("state_")
+                      else torch.from_numpy(np.concatenate([u[key] for u in unrolls], axis=1)))
+                for key in unrolls[0]}
+
+    def _host_failed(self, host: int, error: Exception) -> None:
+        """An unroll call failed because its host died: the unroll is lost, and Ray restarts the
+        host (calls made meanwhile wait for it). Calls that keep failing mean it cannot be
+        restarted (``max_restarts`` used up, or no node can take it)."""
+        self.counters["unrolls_lost"] += 1
+        self.failures[host] += 1
+        if self.failures[host] == 1:
+            self.counters["host_failures"] += 1
+            self.log(f"actor host {host} died ({type(error).__name__}); its unrolls in flight are lost; "
+                     "Ray restarts it")
+        if self.failures[host] > (self.cfg.max_restarts + 1) * self.cfg.max_in_flight:
+            raise ActorError(f"actor host {host} died and could not be restarted ({type(error).__name__}: "
+                             f"{str(error).splitlines()[0] if str(error) else ''}); run the same command again to "
+                             f"resume from the last checkpoint")
+
+    def publish_weights(self, model: nn.Module) -> None:
+        self.updates += 1
+        if self.updates % self.cfg.weights_every == 0:
+            self._put_weights()
+
+    def check(self) -> None:
+        """Hosts are checked as their unrolls come back (:meth:`get_batch`)."""
+
+    def stats(self) -> dict[str, float]:
+        return {"policy_lag": float(np.mean(self.lags)) if self.lags else float("nan"), **self.counters}
+
+    def close(self) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            return
+        for host in self.hosts:
+            ray.kill(host, no_restart=True)
+        if self.placement_group is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(self.placement_group)
+        if self.owns_ray:
+            ray.shutdown()

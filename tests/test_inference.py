@@ -1,0 +1,269 @@
+"""Server mode (agents/inference.py): the inference loop acts exactly as a sequential single-process
+rollout does; dynamic batching serves late workers in the next batch and starves none; a killed
+env worker stops the run cleanly; a maze run in server mode learns."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import multiprocessing
+import os
+import queue
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import envs
+from agents.errors import ActorError
+from agents.inference import WAKE, InferenceServer
+from agents.learner import train
+from agents.logger import read_csv
+from agents.network import AgentNet
+from fastnet.registry import core_class
+from tests.test_actor import _shm_files, _shm_inodes, _wait_for
+from tests.test_maze_training import MAZE, SMALL, TINY, _group_members, config, tiny_flags
+
+pytest.importorskip("envs.maze")
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny policies: one thread, as the actors and the maze learner use (two spin against the workers)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# CartPole: each env starts elsewhere and its episodes end at their own times (every ~10 steps),
+# so the envs' histories, core states and argmax actions differ and a mix-up shows.
+ENV, ENV_OPTIONS = "gym", {"id": "CartPole-v1"}
+
+
+def _policy(core: str, env_name: str = ENV, env_options: dict = ENV_OPTIONS) -> AgentNet:
+    """A small agent whose argmax action depends on its inputs (its first and last layers scaled up)."""
+    probe = envs.make(env_name, num_envs=1, **env_options)
+    torch.manual_seed(0)
+    fields = {f.name for f in dataclasses.fields(core_class(core).Config)}
+    model = AgentNet(tuple(probe.observation_shape), probe.num_actions, core,
+                     {k: v for k, v in TINY.items() if k in fields})
+    with torch.no_grad():
+        next(m for m in model.stem.modules() if isinstance(m, torch.nn.Linear)).weight.mul_(10)
+        model.policy.weight.mul_(30)
+    return model.eval()
+
+
+def _server(model: AgentNet, num_workers: int, envs_per_worker: int, unroll_length: int, batch_size: int,
+            **kwargs) -> InferenceServer:
+    probe = envs.make(ENV, num_envs=1, **ENV_OPTIONS)
+    return InferenceServer(model, ENV, ENV_OPTIONS, num_workers, envs_per_worker, unroll_length, batch_size,
+                           tuple(probe.observation_shape), torch.from_numpy(probe.reset()).dtype,
+                           seeds=[10 + i for i in range(num_workers)], device=torch.device("cpu"), **kwargs)
+
+
+def _sequential(model: AgentNet, num_envs: int, seed: int, steps: int) -> tuple[dict, list]:
+    """A plain single-process rollout with the argmax policy: the rows (the transport's layout)
+    and the core state before each row."""
+    env = envs.make(ENV, num_envs=num_envs, seed=seed, **ENV_OPTIONS)
+    row = {"obs": torch.from_numpy(env.reset()), "reward": torch.zeros(num_envs),
+           "done": torch.ones(num_envs, dtype=torch.bool), "action": torch.zeros(num_envs, dtype=torch.int64),
+           "logits": torch.zeros(num_envs, model.num_actions)}
+    state = model.initial_state(num_envs)
+    rows, states = [], []
+    for _ in range(steps):
+        rows.append(row)
+        states.append(state)
+        action, logits, state = model.act(row["obs"], row["reward"], row["action"], row["done"], state, sample=False)
+        obs, reward, done, _ = env.step(action.numpy())
+        row = {"obs": torch.from_numpy(obs), "reward": torch.from_numpy(reward), "done": torch.from_numpy(done),
+               "action": action, "logits": logits}
+    return {k: torch.stack([r[k] for r in rows]) for k in rows[0]}, states
+
+
+def _unrolls(batch: dict, envs_per_worker: int) -> list[tuple[int, dict]]:
+    """The batch split into its groups: (worker, {key: [T+1, E, ...] or state [E, ...]})."""
+    E, out = envs_per_worker, []
+    for g in range(batch["env_slot"].shape[0] // E):
+        cols = slice(g * E, (g + 1) * E)
+        worker = int(batch["env_slot"][g * E]) // E
+        assert batch["env_slot"][cols].tolist() == [worker * E + e for e in range(E)]
+        out.append((worker, {k: (v[cols] if k.startswith("state_") else v[:, cols]).clone()
+                             for k, v in batch.items() if k != "env_slot"}))
+    return out
+
+
+def _matches(unroll: dict, rows: dict, states: list, k: int, T: int) -> bool:
+    if (k + 1) * T >= rows["obs"].shape[0]:
+        return False
+    span = slice(k * T, k * T + T + 1)
+    return (all(torch.equal(unroll[key], rows[key][span]) for key in ("obs", "reward", "done", "action"))
+            and torch.allclose(unroll["logits"], rows["logits"][span], atol=1e-5)
+            and all(torch.allclose(unroll[f"state_{i}"], s, atol=1e-5) for i, s in enumerate(states[k * T])))
+
+
+@pytest.mark.parametrize("core", ["lstm", "delta", "srwm"])
+@pytest.mark.parametrize("unroll_length,groups_per_batch", [(1, 1), (4, 1), (3, 2)])
+def test_server_mode_acts_exactly_as_a_sequential_rollout(core, unroll_length, groups_per_batch):
+    """Argmax policy, fixed seeds: every unroll the server assembles is the sequential rollout's
+    (observations, rewards, dones, actions, logits, and the core state at its start: with T = 1,
+    the state at every step), across episode ends, for each of 3 workers; no state leaks between
+    episodes or env slots (each slot's rows match only its own sequential rollout)."""
+    W, E, T = 3, 2, unroll_length
+    model = _policy(core)
+    server = _server(model, W, E, T, E * groups_per_batch, sample=False)
+    per_worker = max(8, 48 // T)  # unrolls compared per worker: 48 steps or more
+    references = [_sequential(model, E, 10 + w, per_worker * T * 2 + 2) for w in range(W)]
+    found: dict[int, list[int]] = {w: [] for w in range(W)}
+    with server:
+        while min(len(k) for k in found.values()) < per_worker:
+            for worker, unroll in _unrolls(server.get_batch(), E):
+                rows, states = references[worker]
+                k = next((k for k in range(per_worker * 2) if k not in found[worker]
+                          and _matches(unroll, rows, states, k, T)), None)  # (an episode may repeat another)
+                assert k is not None, f"an unroll of worker {worker} matches no other unroll of its sequential rollout"
+                found[worker].append(k)
+    assert multiprocessing.active_children() == []
+    for ks in found.values():
+        if groups_per_batch == 1:  # one worker's unrolls come in order
+            assert ks == list(range(len(ks)))
+        else:  # batches of several workers' unrolls complete out of order, the early ones first
+            assert sorted(ks)[:per_worker // 2] == list(range(per_worker // 2))
+    # what the test relies on to see a mix-up: episode ends, and envs that act differently
+    assert all(rows["done"][1:per_worker * T].any() for rows, _ in references)
+    assert any((rows["action"][:, 0] != rows["action"][:, 1]).any() for rows, _ in references)
+
+
+def test_late_workers_are_served_in_the_next_batch():
+    """Dynamic batching, on the loop's own bookkeeping (no processes): a batch waits up to
+    max_wait for more workers, takes all that came, and one that comes later is in the next."""
+    server = _server(_policy("lstm"), num_workers=3, envs_per_worker=1, unroll_length=2, batch_size=1,
+                     max_wait_ms=200.0)
+    stalled: list[int] = []
+    server.ready.put(2)
+    server.ready.put(0)
+    start = time.monotonic()
+    assert server._collect(stalled) == [2, 0]  # waited for the third until max_wait
+    assert 0.15 < time.monotonic() - start < 2.0
+    server.ready.put(1)
+    assert server._collect(stalled) == [1]
+    server.ready.put(1)
+    server.ready.put(0)
+    server.ready.put(2)
+    start = time.monotonic()
+    assert server._collect(stalled) == [1, 0, 2]  # all three: served at once
+    assert time.monotonic() - start < 0.15
+    with pytest.raises(queue.Empty):
+        server.ready.get(timeout=0)
+    server.free_groups.clear()  # no free group: a worker at an unroll start waits (backpressure)
+    stalled.append(0)
+    assert server._collect(stalled) == [] and stalled == [0]
+    server.released.put((1, None))  # the learner hands batch 1 back
+    server.ready.put(WAKE)
+    assert server._collect(stalled) == [0] and stalled == []
+    server.workers.close()
+
+
+class SlowEnv:
+    """A batched env of one-number observations whose step sleeps ``delay_s``, 10x longer for seed 0."""
+
+    def __init__(self, num_envs: int, seed: int = 0, delay_s: float = 0.004):
+        self.num_envs, self.observation_shape, self.num_actions = num_envs, (1,), 2
+        self.delay_s = delay_s * (10 if seed == 0 else 1)
+
+    def reset(self) -> np.ndarray:
+        return np.zeros((self.num_envs, 1), np.float32)
+
+    def step(self, actions: np.ndarray):
+        time.sleep(self.delay_s)
+        zeros = np.zeros(self.num_envs, np.float32)
+        return self.reset(), zeros, np.zeros(self.num_envs, bool), {"episode_return": zeros, "episode_length": zeros}
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_10x_slower_worker_neither_starves_nor_holds_the_others_back(monkeypatch):
+    monkeypatch.setitem(envs.ENVS, "slow", f"{__name__}:SlowEnv")  # forked workers inherit it
+    W, T, seconds = 4, 4, 3.0
+    server = InferenceServer(_policy("lstm", "slow", {}), "slow", {}, W, 1, T, 1, (1,), torch.float32,
+                             seeds=list(range(W)), device=torch.device("cpu"))
+    unrolls = [0] * W
+    with server:
+        for _ in range(W):  # every worker has started
+            server.get_batch()
+        start = time.monotonic()
+        while time.monotonic() - start < seconds:
+            unrolls[int(server.get_batch()["env_slot"][0])] += 1
+    slow_ideal = seconds / (10 * 0.004 * T)  # ~19 unrolls if each step is served at once
+    assert unrolls[0] >= 0.6 * slow_ideal, unrolls
+    assert min(unrolls[1:]) >= 3 * unrolls[0], unrolls  # ideally 10x: not held to the slow one's pace
+
+
+def test_a_killed_env_worker_stops_the_run_cleanly_within_10_s(tmp_path):
+    """SIGKILL of one env worker of a training run in server mode: one clear line, a checkpoint,
+    exit within 10 s, no process left, nothing left in /dev/shm."""
+    run_dir = str(tmp_path / "run")
+    argv = [sys.executable, MAZE, "--core", "lstm", "--run_dir", run_dir, "--total_steps", "10000000",
+            *tiny_flags("lstm"), "--actor.inference", "server", *SMALL]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    csv_path = os.path.join(run_dir, "logs.csv")
+    inodes: set[int] = set()
+
+    def training() -> bool:
+        inodes.update(_shm_inodes(set(_group_members(proc.pid))))
+        return os.path.exists(csv_path) and len(read_csv(csv_path)) >= 2
+
+    try:
+        _wait_for(training)
+        workers = [p for p in _group_members(proc.pid) if p != proc.pid]
+        assert len(workers) == 2  # the 2 env workers; the inference loop is a thread
+        os.kill(workers[1], signal.SIGKILL)
+        killed_at = time.monotonic()
+        _, err = proc.communicate(timeout=10)
+        assert time.monotonic() - killed_at < 10
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 1, err
+    assert "env worker 1 was killed by SIGKILL" in err and "resume from the last checkpoint" in err
+    assert "Traceback" not in err
+    _wait_for(lambda: _group_members(proc.pid) == [], timeout=5)
+    assert inodes and _shm_files(inodes) == []
+
+
+def test_a_worker_killed_under_the_server_is_named():
+    with _server(_policy("lstm"), 2, 2, 3, 2) as server:
+        server.get_batch()
+        os.kill(server.processes[0].pid, signal.SIGKILL)
+        with pytest.raises(ActorError, match=r"^env worker 0 was killed by SIGKILL"):
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                server.get_batch()
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("core", ["lstm", "delta", "mnm_p", "srwm"])
+def test_cores_train_and_resume_in_server_mode(core, tmp_path):
+    run_dir = str(tmp_path / core)
+    first = train(config(core, run_dir, "--total_steps", "960", "--actor.inference", "server"))
+    assert first["step"] == 960 and first["episodes"] > 0
+    second = train(config(core, run_dir, "--total_steps", "1920", "--actor.inference", "actor"))
+    assert second["step"] == 1920  # a run may switch modes on resume
+    rows = read_csv(os.path.join(run_dir, "logs.csv"))
+    assert [r["step"] for r in rows] == [160 * i for i in range(1, 13)]
+    batch_envs = [r["inference_batch"] for r in rows[:6] if not math.isnan(r["inference_batch"])]
+    assert batch_envs and all(8 <= b <= 16 for b in batch_envs)  # 1 or 2 workers of 8 envs per inference batch
+
+
+@pytest.mark.slow
+def test_a_maze_run_in_server_mode_learns(tmp_path):
+    from launch import maze
+
+    cfg = maze.load(["--core", "lstm", "--run_dir", str(tmp_path), "--total_steps", "800000", "--log.tensorboard",
+                     "false", "--log.return_window", "200", "--actor.inference", "server"])
+    result = train(cfg)
+    assert result["mean_return"] > 30, result  # random ≈ 9; actor mode passes the same bar

@@ -1,0 +1,67 @@
+"""The Ray backend on a fake 2-node cluster (ray.cluster_utils.Cluster): the actor hosts are
+placed on both nodes; when one node is removed mid-run, Ray restarts its host on the other, and
+the run goes on to its total with a monotone step counter."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from agents.learner import train
+from agents.logger import read_csv
+from tests.test_maze_training import config
+
+ray = pytest.importorskip("ray")
+cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+FAST_FAILURE_DETECTION = {"health_check_period_ms": 500, "health_check_failure_threshold": 3,
+                          "health_check_initial_delay_ms": 0}
+
+
+@pytest.fixture
+def two_nodes():
+    assert not ray.is_initialized()
+    cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "include_dashboard": False, "_system_config": FAST_FAILURE_DETECTION})
+    worker = cluster.add_node(num_cpus=1)
+    ray.init(address=cluster.address, configure_logging=False, log_to_driver=False)
+    yield cluster, worker
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def _host_nodes() -> set[str]:
+    """The nodes the bundles of the run's placement group are on."""
+    tables = [t for t in ray.util.placement_group_table().values() if t["state"] == "CREATED"]
+    return {node for t in tables for node in t["bundles_to_node_id"].values()}
+
+
+def test_hosts_spread_over_two_nodes_and_survive_the_removal_of_one(two_nodes, tmp_path):
+    cluster, worker = two_nodes
+    run_dir = str(tmp_path / "run")
+    csv_path = os.path.join(run_dir, "logs.csv")
+    seen: dict[str, object] = {}
+
+    def remove_worker_node_mid_run() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (os.path.exists(csv_path) and len(read_csv(csv_path)) >= 3):
+            time.sleep(0.1)
+        seen["nodes"] = _host_nodes()
+        seen["step"] = read_csv(csv_path)[-1]["step"]
+        cluster.remove_node(worker)
+
+    remover = threading.Thread(target=remove_worker_node_mid_run)
+    remover.start()
+    total = 160 * 300
+    result = train(config("lstm", run_dir, "--total_steps", str(total), "--actor.backend", "ray"))
+    remover.join()
+    assert len(seen["nodes"]) == 2  # one host on each node
+    assert result["step"] == total
+    rows = read_csv(csv_path)
+    steps = [r["step"] for r in rows]
+    assert steps == sorted(set(steps)) and steps[-1] == total  # monotone, to the total
+    assert rows[-1]["host_failures"] == 1 and rows[-1]["unrolls_lost"] >= 1
+    restarted = [r["step"] for r in rows if r["hosts_restarted"] >= 1]
+    assert restarted and restarted[0] > seen["step"] and restarted[0] < total  # it acted again, and the run went on
