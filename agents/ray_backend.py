@@ -126,14 +126,17 @@ class RayTransport(Transport):
         self.unrolls_per_batch, self.seeds, self.cfg, self.log = unrolls_per_batch, seeds, ray_cfg, log
         self.model = model
         self.hosts: list[Any] = []
-        self.pending: dict[Any, int] = {}  # object reference of an unroll call -> host
+        self.pending: dict[Any, tuple[int, int]] = {}  # object reference of an unroll call -> (host, call number)
+        self.calls = 0  # unroll calls made so far
         self.updates = 0  # learner updates so far (publish_weights calls)
         self.version = 0  # the updates count of the published weights
         self.weights: list[Any] = []
         self.failures = [0] * num_hosts
         self.counters = {"host_failures": 0, "hosts_restarted": 0, "unrolls_lost": 0}
         self.lags: collections.deque[float] = collections.deque(maxlen=unrolls_per_batch)
-        self.pids: dict[int, int] = {}  # host -> process id of its last unroll (a new one: restarted)
+        self.incarnations: dict[int, tuple[str, int]] = {}  # host -> (node, pid) of its last unroll
+        self.down = [False] * num_hosts  # failed, and no unroll from a new incarnation yet
+        self.up_since = [0] * num_hosts  # the call that brought the first unroll of the host's incarnation
         self.owns_ray = False
         self.placement_group = None
 
@@ -166,10 +169,11 @@ class RayTransport(Transport):
         self.version = self.updates
 
     def _submit(self, host: int) -> None:
-        self.pending[self.hosts[host].unroll.remote(self.weights, self.version)] = host
+        self.calls += 1
+        self.pending[self.hosts[host].unroll.remote(self.weights, self.version)] = (host, self.calls)
 
     def in_flight(self, host: int) -> int:
-        return sum(h == host for h in self.pending.values())
+        return sum(h == host for h, _ in self.pending.values())
 
     def get_batch(self, should_stop: Callable[[], bool] = lambda: False) -> Batch | None:
         """``unrolls_per_batch`` unrolls joined on the batch dim; each taken unroll's host is asked
@@ -182,16 +186,19 @@ class RayTransport(Transport):
                 return None
             done, _ = ray.wait(list(self.pending), num_returns=1, timeout=0.5)
             for ref in done:
-                host = self.pending.pop(ref)
+                host, call = self.pending.pop(ref)
                 try:
                     result = ray.get(ref)
                 except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
-                    self._host_failed(host, e)
+                    self._host_failed(host, call, e)
                 else:
-                    if self.pids.get(host, result["pid"]) != result["pid"]:
+                    incarnation = (result["node"], result["pid"])
+                    if self.incarnations.get(host, incarnation) != incarnation:
                         self.counters["hosts_restarted"] += 1
                         self.log(f"actor host {host} restarted, on node {result['node'][:8]}")
-                    self.pids[host], self.failures[host] = result["pid"], 0
+                        self.down[host] = False
+                        self.up_since[host] = call
+                    self.incarnations[host], self.failures[host] = incarnation, 0
                     self.lags.append(self.updates - result["version"])
                     unrolls.append(result["unroll"])
                 self._submit(host)
@@ -199,13 +206,14 @@ class RayTransport(Transport):
                       else torch.from_numpy(np.concatenate([u[key] for u in unrolls], axis=1)))
                 for key in unrolls[0]}
 
-    def _host_failed(self, host: int, error: Exception) -> None:
+    def _host_failed(self, host: int, call: int, error: Exception) -> None:
         """An unroll call failed because its host died: the unroll is lost, and Ray restarts the
-        host (calls made meanwhile wait for it). Calls that keep failing mean it cannot be
-        restarted (``max_restarts`` used up, or no node can take it)."""
+        host (calls made meanwhile wait for it, or fail while it restarts). Calls that keep failing
+        mean it cannot be restarted (``max_restarts`` used up, or no node can take it)."""
         self.counters["unrolls_lost"] += 1
         self.failures[host] += 1
-        if self.failures[host] == 1:
+        if not self.down[host] and call > self.up_since[host]:  # the first failure of this incarnation
+            self.down[host] = True
             self.counters["host_failures"] += 1
             self.log(f"actor host {host} died ({type(error).__name__}); its unrolls in flight are lost; "
                      "Ray restarts it")
@@ -223,7 +231,9 @@ class RayTransport(Transport):
         """Hosts are checked as their unrolls come back (:meth:`get_batch`)."""
 
     def stats(self) -> dict[str, float]:
-        return {"policy_lag": float(np.mean(self.lags)) if self.lags else float("nan"), **self.counters}
+        hosts_up = sum(host in self.incarnations and not self.down[host] for host in range(self.num_hosts))
+        return {"policy_lag": float(np.mean(self.lags)) if self.lags else float("nan"), "hosts_up": hosts_up,
+                **self.counters}
 
     def close(self) -> None:
         import ray

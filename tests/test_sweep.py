@@ -1,0 +1,209 @@
+"""launch/sweep.py: a grid of training runs on Ray Tune, resumed after a kill, and its results tables."""
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agents.checkpoint import latest_checkpoint, read_checkpoint
+from agents.errors import ConfigError
+from agents.logger import CSV_NAME, read_csv
+from launch import sweep
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--actor.num_actors", "1", "--actor.envs_per_actor", "8", "--learner.batch_size", "8",
+        "--actor.unroll_length", "10", "--env.episode_length", "20", "--core.hidden_size", "16",
+        "--log.tensorboard", "false", "--log.print_every_s", "1000",
+        "--checkpoint.interval_minutes", "0.002"]  # a checkpoint every few updates, to resume from
+TOTAL_STEPS = 12_000  # a few seconds per trial: long enough to kill the second one halfway
+
+
+def sweep_command(sweep_dir: str) -> list[str]:
+    """Two trials (one core, two seeds) on a tiny maze, one at a time, on a Ray started for the sweep."""
+    return [sys.executable, "launch/sweep.py", "--dir", sweep_dir, "--envs", "[maze]", "--cores", "[lstm]",
+            "--seeds", "[0,1]", "--total_steps", str(TOTAL_STEPS), "--cpus_per_trial", "1", "--max_concurrent", "1",
+            "--ray_address", "local", "--", *TINY]
+
+
+def session_processes(sid: int) -> list[int]:
+    """The processes of session ``sid`` (the sweep's, its Ray processes included)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if entry.isdigit() and int(fields[3]) == sid and fields[0] != "Z":
+            pids.append(int(entry))
+    return pids
+
+
+def kill_session(sid: int, timeout: float = 30.0) -> None:
+    """SIGKILL every process of session ``sid`` until none is left (Ray's workers have process groups of
+    their own, so the sweep's group alone is not enough)."""
+    deadline = time.time() + timeout
+    while pids := session_processes(sid):
+        assert time.time() < deadline, f"processes of the killed sweep still run: {pids}"
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.2)
+
+
+def left_running(sid: int, timeout: float = 15.0) -> list[int]:
+    """The processes of session ``sid`` still running after up to ``timeout`` seconds."""
+    deadline = time.time() + timeout
+    while (pids := session_processes(sid)) and time.time() < deadline:
+        time.sleep(0.2)
+    return pids
+
+
+def wait_for(condition, process: subprocess.Popen, log_path: str, timeout: float = 150.0) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        if process.poll() is not None or time.time() > deadline:
+            kill_session(process.pid)
+            with open(log_path) as f:
+                pytest.fail(f"the sweep ended or stalled (exit code {process.poll()}) before the moment to kill it:\n"
+                            f"{f.read()[-3000:]}")
+        time.sleep(0.05)
+
+
+def test_killed_sweep_resumes_without_redoing_finished_trials_and_writes_the_tables(tmp_path):
+    pytest.importorskip("ray")
+    sweep_dir = str(tmp_path / "sweep")
+    runs = {seed: os.path.join(sweep_dir, "runs", f"maze-lstm-s{seed}") for seed in (0, 1)}
+
+    def done(seed: int) -> bool:
+        return os.path.exists(os.path.join(runs[seed], sweep.SUMMARY_NAME))
+
+    def halfway(seed: int) -> bool:
+        return os.path.exists(os.path.join(runs[seed], "checkpoint.pt")) and not done(seed)
+
+    log_path = str(tmp_path / "first.log")
+    with open(log_path, "w") as log:
+        first = subprocess.Popen(sweep_command(sweep_dir), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+    try:
+        wait_for(lambda: (done(0) and halfway(1)) or (done(1) and halfway(0)), first, log_path)
+    finally:
+        kill_session(first.pid)
+        first.wait()
+    finished, killed = (0, 1) if done(0) else (1, 0)
+    assert not done(killed)
+
+    def snapshot(seed: int) -> dict[str, bytes | int]:
+        paths = {name: os.path.join(runs[seed], name) for name in (CSV_NAME, "checkpoint.pt", sweep.SUMMARY_NAME)}
+        return {**{name: Path(path).read_bytes() for name, path in paths.items()},
+                "checkpoint mtime": os.stat(paths["checkpoint.pt"]).st_mtime_ns}
+
+    before = snapshot(finished)
+    resume_step = read_checkpoint(latest_checkpoint(runs[killed]))["counters"]["step"]
+    assert 0 < resume_step < TOTAL_STEPS
+    lines = Path(runs[killed], CSV_NAME).read_text().splitlines()
+    kept = [lines[0]] + [line for line in lines[1:] if int(line.split(",")[0]) <= resume_step]
+
+    second = subprocess.Popen(sweep_command(sweep_dir), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    try:
+        out, err = second.communicate(timeout=150)
+        stray = left_running(second.pid)  # ray.shutdown() stops the Ray processes the sweep started
+    finally:
+        kill_session(second.pid)
+        second.wait()
+    assert second.returncode == 0, out[-3000:] + err[-3000:]
+    assert f"resuming the sweep in {sweep_dir}" in out
+    assert stray == [], "Ray processes outlive the sweep"
+
+    # The finished trial was not trained again: a run of train() would at least rewrite its checkpoint.
+    assert snapshot(finished) == before
+    # The killed trial resumed from its checkpoint: the log rows up to it are kept byte for byte.
+    resumed = Path(runs[killed], CSV_NAME).read_text().splitlines()
+    assert resumed[:len(kept)] == kept and len(resumed) > len(kept)
+    steps = [row["step"] for row in read_csv(os.path.join(runs[killed], CSV_NAME))]
+    assert steps == sorted(set(steps)) and steps[-1] >= TOTAL_STEPS
+
+    with open(os.path.join(sweep_dir, "results.csv")) as f:
+        results = list(csv.DictReader(f))
+    assert [(r["env"], r["core"], r["seed"]) for r in results] == [("maze", "lstm", "0"), ("maze", "lstm", "1")]
+    for r in results:
+        log = read_csv(os.path.join(r["run_dir"], CSV_NAME))
+        assert int(r["steps"]) == log[-1]["step"] >= TOTAL_STEPS
+        assert float(r["mean_return"]) == pytest.approx(log[-1]["mean_return"])
+        sps = (log[-1]["step"] - log[0]["step"]) / (log[-1]["time"] - log[0]["time"])  # over both parts of a run
+        assert float(r["sps"]) == pytest.approx(sps) and sps > 0
+    returns = [float(r["mean_return"]) for r in results]
+    mean, std = statistics.fmean(returns), statistics.stdev(returns)
+    digits = sweep.decimals(mean)
+    with open(os.path.join(sweep_dir, "results.md")) as f:
+        markdown = f.read()
+    assert "| Mean return | lstm |" in markdown
+    assert f"| maze | {mean:,.{digits}f} ± {std:,.{digits}f} |" in markdown
+    assert os.path.getsize(os.path.join(sweep_dir, "curves-maze.png")) > 0
+
+
+def atari_result(game: str, core: str, seed: int, mean_return: float) -> dict:
+    return {"env": game, "core": core, "seed": seed, "total_steps": 50_000_000, "steps": 50_001_920,
+            "mean_return": mean_return, "sps": 1000.0 + seed, "run_dir": f"runs/{game}-{core}-s{seed}"}
+
+
+def test_atari_table_has_the_papers_layout():
+    results = [atari_result(game, core, seed, score)
+               for game, base in (("Pong", 20.0), ("Breakout", 300.0), ("Alien", 2000.0))
+               for core in ("gated_delta", "delta", "lstm") for seed, score in ((0, base), (1, base + 2))]
+    markdown = sweep.results_markdown(results, "atari")
+    table = markdown.split("## Atari")[1].split("\n\n")[1].splitlines()
+    # The papers' games in their order (Alien before Pong), then the others; their cores' names and order.
+    assert table[0] == "| Game | LSTM | Delta Net | gated_delta |"
+    assert [row.split(" | ")[0] for row in table[2:]] == ["| Alien", "| Pong", "| Breakout"]
+    assert table[2] == "| Alien | 2,001 ± 1 | 2,001 ± 1 | 2,001 ± 1 |"
+    assert table[3] == "| Pong | 21.0 ± 1.4 | 21.0 ± 1.4 | 21.0 ± 1.4 |"
+    assert "Table 9 of the recurrent-FWP appendix" in markdown
+    paper = markdown.split("The papers' Table 9")[1]
+    assert "| Alien | 846 ± 81 | 4,704 ± 452 |  |" in paper and "| Breakout |  |  |  |" in paper
+
+
+def test_flags_after_the_separator_go_to_every_trial(tmp_path):
+    cfg = sweep.load(["--envs", "[maze,ms_pacman]", "--", "--actor.num_actors", "1", "--core.hidden_size", "16"])
+    assert cfg.envs == ["maze", "MsPacman"]
+    assert cfg.train_flags == ["--actor.num_actors", "1", "--core.hidden_size", "16"]
+    trial = sweep.trial_config(sweep.Trial("MsPacman", "lstm", 3), 1000, cfg.train_flags, str(tmp_path))
+    assert (trial.env.game, trial.core.hidden_size, trial.run.seed, trial.run.total_steps) == ("MsPacman", 16, 3, 1000)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--cores", "[lstm,lsmt]"], "--cores: expected one of"),
+    (["--seeds", "[0,0]"], "--seeds: a value is listed twice"),
+    (["--", "--actor.num_actor", "2"], "unknown option --actor.num_actor"),
+])
+def test_bad_settings_stop_the_sweep_before_it_writes_anything(argv, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        sweep.main(["--dir", str(tmp_path / "sweep"), *argv])
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "sweep")
+
+
+def test_without_ray_it_says_how_to_install_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    with pytest.raises(SystemExit) as stop:
+        sweep.main(["--dir", str(tmp_path / "sweep"), "--cores", "[lstm]", "--seeds", "[0]"])
+    assert stop.value.code == 2 and "pip install -e '.[ray]'" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "sweep")
+
+
+def test_a_sweep_directory_keeps_its_grid(tmp_path):
+    sweep_dir = str(tmp_path / "sweep")
+    sweep.check_same_sweep(sweep.load(["--dir", sweep_dir, "--cores", "[lstm]"]), sweep_dir)
+    sweep.check_same_sweep(sweep.load(["--dir", sweep_dir, "--cores", "[lstm]", "--max_concurrent", "4"]), sweep_dir)
+    with pytest.raises(ConfigError, match=r"another grid: cores \(was \['lstm'\], now \['lstm', 'delta'\]\)"):
+        sweep.check_same_sweep(sweep.load(["--dir", sweep_dir, "--cores", "[lstm,delta]"]), sweep_dir)
