@@ -103,11 +103,11 @@ class ActorHost:
         import ray
 
         if version > self.version:
-            self.model.load_state_dict(ray.get(weights[0]))
+            self.model.load_state_dict({k: torch.from_numpy(v) for k, v in ray.get(weights[0]).items()})
             self.version = version
         self.runner.unroll(self.out)
         self.unrolls_done += 1
-        return {"unroll": {key: value.numpy().copy() for key, value in self.out.items()}, "version": self.version,
+        return {"unroll": {key: value.numpy() for key, value in self.out.items()}, "version": self.version,
                 "node": self.node, "pid": os.getpid()}
 
 
@@ -165,7 +165,8 @@ class RayTransport(Transport):
     def _put_weights(self) -> None:
         import ray
 
-        self.weights = [ray.put({k: v.detach().cpu() for k, v in self.model.state_dict().items()})]
+        # numpy arrays: the hosts read them straight from the object store, without unpickling tensors
+        self.weights = [ray.put({k: v.detach().cpu().numpy() for k, v in self.model.state_dict().items()})]
         self.version = self.updates
 
     def _submit(self, host: int) -> None:
