@@ -217,6 +217,7 @@ class InferenceServer(Transport):
             if stalled and self.free_groups:
                 workers += stalled
                 stalled.clear()
+                deadline = deadline or time.monotonic() + self.max_wait_s
                 continue
             timeout = 0.1 if deadline is None else deadline - time.monotonic()
             try:

@@ -162,7 +162,10 @@ def test_late_workers_are_served_in_the_next_batch():
     assert server._collect(stalled) == [] and stalled == [0]
     server.released.put((1, None))  # the learner hands batch 1 back
     server.ready.put(WAKE)
+    server.max_wait_s = 0.01
+    start = time.monotonic()
     assert server._collect(stalled) == [0] and stalled == []
+    assert time.monotonic() - start < 0.08  # it waited max_wait for company, not the 0.1 s idle poll
     server.workers.close()
 
 
