@@ -44,15 +44,17 @@ def test_server_inference_needs_the_local_backend(tmp_path):
                      "--actor.inference", "server"))
 
 
-def test_hosts_stay_within_the_in_flight_bound_of_a_slow_learner(local_ray, tmp_path):
+@pytest.mark.parametrize("unrolls_per_call", [1, 2])
+def test_hosts_stay_within_the_in_flight_bound_of_a_slow_learner(local_ray, unrolls_per_call, tmp_path):
     """Slowed on purpose, the learner takes one batch per 0.3 s; hosts that unroll far faster
-    have made exactly what was taken plus what is in flight, never more than the bound each."""
-    cfg = config("lstm", str(tmp_path), "--actor.backend", "ray", "--ray.max_in_flight", "2")
+    have made exactly what was taken, plus what a call brought beyond it, plus what is in flight:
+    never more than the bound of calls each."""
+    cfg = config("lstm", str(tmp_path), "--actor.backend", "ray")
     model = build_model(cfg, (10,), 4)  # the maze's observation and actions
     from agents.config import to_dict
 
     transport = RayTransport(to_dict(cfg), model, num_hosts=2, envs_per_host=8, unrolls_per_batch=1, seeds=[0, 1],
-                             ray_cfg=RayConfig(max_in_flight=2))
+                             ray_cfg=RayConfig(max_in_flight=2, unrolls_per_call=unrolls_per_call))
     taken, most_in_flight = 0, 0
     with transport:
         for _ in range(8):
@@ -61,10 +63,11 @@ def test_hosts_stay_within_the_in_flight_bound_of_a_slow_learner(local_ray, tmp_
             taken += 1
             time.sleep(0.3)
             most_in_flight = max(most_in_flight, *(transport.in_flight(h) for h in range(2)))
-        in_flight = len(transport.pending)
+        in_flight, carried = len(transport.pending), len(transport.carried)
         made = sum(w["unrolls_done"] for w in ray.get([h.where.remote() for h in transport.hosts]))
-    assert most_in_flight == 2
-    assert made == taken + in_flight == taken + 4  # where() ran after the calls in flight, on each host
+    assert most_in_flight == 2 and in_flight == 4
+    assert made == taken + carried + in_flight * unrolls_per_call  # where() ran after the calls in flight
+    assert carried < unrolls_per_call  # a call's extra unrolls are used before waiting again
     assert isinstance(batch["state_0"], torch.Tensor)
 
 
