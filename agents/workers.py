@@ -113,12 +113,6 @@ def _worker_main(body: Callable[..., None], label: str, args: tuple[Any, ...], e
         raise SystemExit(1) from None
 
 
-def learner_alive(parent: int) -> bool:
-    """Whether the process that started this worker still runs (if the learner is killed outright,
-    its workers are re-parented, and notice it within one wait)."""
-    return os.getppid() == parent
-
-
 class WorkerProcesses:
     """``len(args)`` processes, worker i running ``body(*args[i], stop)``; a context manager whose
     exit (normal, by an exception or by Ctrl-C) stops them all, so none outlives the run."""

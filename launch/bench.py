@@ -443,6 +443,13 @@ def bench_backends(args: argparse.Namespace) -> None:
     print(f"ray / local: {med['ray'] / med['local']:.2f}")
 
 
+def _add_run_choice(parser: argparse.ArgumentParser) -> None:
+    """--env, --game and --core: the training run a benchmark builds from the entry point's config."""
+    parser.add_argument("--env", choices=["maze", "atari"], default="maze")
+    parser.add_argument("--game", default="Pong", help="Atari game (--env atari)")
+    parser.add_argument("--core", default="lstm", choices=list(CORES))
+
+
 def _shape(text: str) -> tuple[int, int]:
     T, B = text.lower().split("x")
     return int(T), int(B)
@@ -481,9 +488,7 @@ def main(argv: list[str] | None = None) -> None:
                        help="also time agents.actor.ActorPool with A actor processes (default: one per core; 0: skip)")
     atari.set_defaults(run=bench_atari)
     inference = sub.add_parser("inference", help="acting-side steps/s: raw envs, actor mode, server mode, zero-cost")
-    inference.add_argument("--env", choices=["maze", "atari"], default="maze")
-    inference.add_argument("--game", default="Pong", help="Atari game (--env atari)")
-    inference.add_argument("--core", default="lstm", choices=list(CORES))
+    _add_run_choice(inference)
     inference.add_argument("--num-actors", type=int, default=2, help="actor or env worker processes")
     inference.add_argument("--envs-per-actor", type=int, default=64)
     inference.add_argument("--unroll", type=int, default=20)
@@ -492,9 +497,7 @@ def main(argv: list[str] | None = None) -> None:
     inference.add_argument("--reps", type=int, default=3)
     inference.set_defaults(run=bench_inference)
     backends = sub.add_parser("backends", help="end-to-end training SPS: local backend vs Ray, side by side")
-    backends.add_argument("--env", choices=["maze", "atari"], default="maze")
-    backends.add_argument("--game", default="Pong", help="Atari game (--env atari)")
-    backends.add_argument("--core", default="lstm", choices=list(CORES))
+    _add_run_choice(backends)
     backends.add_argument("--steps", type=int, default=1_000_000, help="steps per training run")
     backends.add_argument("--reps", type=int, default=3)
     backends.add_argument("--fake-nodes", type=int, default=0, help="K > 0: Ray on a fake K-node cluster")

@@ -1,9 +1,10 @@
-"""Fixtures shared by the tests of checkpoints and logs."""
+"""Fixtures shared by several test modules."""
 from __future__ import annotations
 
 import subprocess
 
 import pytest
+import torch
 
 
 @pytest.fixture
@@ -16,3 +17,13 @@ def tiny_tmpfs(tmp_path):
         pytest.skip("cannot mount a tmpfs here")
     yield mount
     subprocess.run(["umount", str(mount)], check=True)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tiny models on one torch thread, as the actors and the maze learner run (two threads spin
+    against the worker processes on a 2-core machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

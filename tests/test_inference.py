@@ -28,14 +28,7 @@ from tests.test_actor import _shm_files, _shm_inodes, _wait_for
 from tests.test_maze_training import MAZE, SMALL, TINY, _group_members, config, tiny_flags
 
 pytest.importorskip("envs.maze")
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny policies: one thread, as the actors and the maze learner use (two spin against the workers)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # CartPole: each env starts elsewhere and its episodes end at their own times (every ~10 steps),

@@ -18,12 +18,7 @@ CORES = ["mnm_g", "mnm_p"]
 SMALL = dict(controller_size=9, memory_size=6, num_heads=2, output_size=5)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def small_core(name: str, input_size: int = 4, seed: int = 0, **cfg) -> torch.nn.Module:
