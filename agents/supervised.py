@@ -47,7 +47,7 @@ from agents.training import OptimConfig, RunConfig, Trainer, configure_kernels, 
 from envs.tasks import Batch, Task, make_task
 from fastnet import make_core
 from fastnet.feature_maps import FeatureMap
-from fastnet.rules import householder_sequence
+from fastnet.rules import delta_rule_writes
 
 
 # --- config ------------------------------------------------------------------------------
@@ -192,36 +192,41 @@ class RetrievalMemory(nn.Module):
     def initial_state(self, batch_size: int, device) -> tuple:
         return ()
 
+    def written_pairs(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The distinct (key, value) sequences of the batch, embedded, and each column's row among them.
+
+        Evaluation asks every key of a sequence in turn, so one memory serves up to S columns: it is
+        written once. Returns kv [L,U,E+S] ([e(k); v] per pair), v [L,U,S] one-hot and slot [B]."""
+        pairs, slot = torch.unique(x[:-1].transpose(0, 1).flatten(1), dim=0, return_inverse=True)
+        pairs = pairs.view(pairs.shape[0], -1, 2).transpose(0, 1)           # [L,U,2]
+        v = F.one_hot(pairs[..., 1], self.S + 1)[..., :self.S].float()
+        return torch.cat([self.embed(pairs[..., 0]), v], dim=-1), v, slot
+
     def forward(self, x: Tensor, state: tuple, done: Tensor) -> tuple[Tensor, tuple, dict]:
-        keys, values, query = x[:-1, :, 0], x[:-1, :, 1], x[-1, :, 0]
-        v = F.one_hot(values, self.S + 1)[..., :self.S].float()           # [L,B,S]
-        kv = torch.cat([self.embed(keys), v], dim=-1)
-        k = self.W_K(kv)                                                   # [L,B,dk]
-        q = self.W_Q(self.embed(query))                                    # [B,dk]
+        kv, v, slot = self.written_pairs(x)
+        k = self.W_K(kv)                                                   # [L,U,dk]
+        q = self.W_Q(self.embed(x[-1, :, 0]))                              # [B,dk]
         if self.memory == "softmax":
-            attn = torch.softmax(torch.einsum("lbd,bd->bl", k, q), dim=-1)
-            read = torch.einsum("bl,lbs->bs", attn, v)
+            attn = torch.softmax(torch.einsum("lbd,bd->bl", k[:, slot], q), dim=-1)
+            read = torch.einsum("bl,lbs->bs", attn, v[:, slot])
         else:
             k, q = self.phi(k), self.phi(q)
             if self.rule == "sum":  # W = Σ_t v_t ⊗ φ(k_t), so W φ(q) = Σ_t v_t (φ(k_t)·φ(q))
-                read = torch.einsum("lbs,lb->bs", v, torch.einsum("lbd,bd->lb", k, q))
+                read = torch.einsum("lbs,lb->bs", v[:, slot], torch.einsum("lbd,bd->lb", k[:, slot], q))
             else:
-                beta = torch.sigmoid(self.W_beta(kv))                      # [L,B,1]
-                W = k.new_zeros(k.shape[1], self.S, k.shape[-1])           # [B,S,d_dot]
-                for t in range(k.shape[0]):
-                    u = beta[t] * (v[t] - torch.einsum("bsd,bd->bs", W, k[t]))
-                    W = W + u.unsqueeze(-1) * k[t].unsqueeze(-2)
-                read = torch.einsum("bsd,bd->bs", W, q)
+                W = delta_rule_writes(k, v, torch.sigmoid(self.W_beta(kv))[..., 0])   # [U,S,d_dot]
+                read = torch.einsum("bsd,bd->bs", W[slot], q)
         out = torch.zeros(x.shape[0], x.shape[1], self.S, device=x.device)
         out[-1] = read
         return out, state, {}
 
 
 class HouseholderRetrievalMemory(RetrievalMemory):
-    """The retrieval memory written by Gated DeltaNet / DeltaProduct (``fastnet.rules.householder_sequence``):
-    per (k, v) pair, n_h L2-normalised keys W_K [e(k); v], rates β = σ(W_β [e(k); v]) (2σ with negative
-    eigenvalues), each write with the value v, after the decay α = exp(-exp(A_log) softplus(w_a·[e(k); v] + b))
-    when ``gated``; the read is W q with q = normalise(W_Q e(q))."""
+    """The retrieval memory written by Gated DeltaNet / DeltaProduct (the writes of
+    ``fastnet.rules.householder_sequence``): per (k, v) pair, n_h L2-normalised keys W_K [e(k); v], rates
+    β = σ(W_β [e(k); v]) (2σ with negative eigenvalues), each write with the value v, after the decay
+    α = exp(-exp(A_log) softplus(w_a·[e(k); v] + b)) when ``gated``; the read is W q with
+    q = normalise(W_Q e(q)). The L·n_h writes run in one shot (``fastnet.rules.delta_rule_writes``)."""
 
     def __init__(self, task: Task, embedding_size: int, key_size: int, num_householder: int, gated: bool,
                  negative_eigenvalues: bool):
@@ -234,19 +239,22 @@ class HouseholderRetrievalMemory(RetrievalMemory):
             self.A_log = nn.Parameter(torch.zeros(1))
 
     def forward(self, x: Tensor, state: tuple, done: Tensor) -> tuple[Tensor, tuple, dict]:
-        keys, values, query = x[:-1, :, 0], x[:-1, :, 1], x[-1, :, 0]
-        L, B = keys.shape
-        v = F.one_hot(values, self.S + 1)[..., :self.S].float()           # [L,B,S]
-        kv = torch.cat([self.embed(keys), v], dim=-1)
-        k = F.normalize(self.W_K(kv).view(L, B, 1, self.n, -1), dim=-1)    # [L,B,1,n,dk]
-        q = F.normalize(self.W_Q(self.embed(query)), dim=-1)               # [B,dk]
-        beta = self.beta_scale * torch.sigmoid(self.W_beta(kv)).unsqueeze(2)   # [L,B,1,n]
-        g = -self.A_log.exp() * F.softplus(self.W_a(kv)) if self.gated else None  # [L,B,1]
-        values_n = v[:, :, None, None].expand(-1, -1, 1, self.n, -1)           # [L,B,1,n,S]
-        y, _ = householder_sequence(q.expand(L, B, -1).unsqueeze(2), k, values_n, beta, g,
-                                    torch.zeros(L, B, dtype=torch.bool, device=x.device))
-        out = torch.zeros(x.shape[0], B, self.S, device=x.device)
-        out[-1] = y[-1, :, 0]
+        kv, v, slot = self.written_pairs(x)
+        L, U = v.shape[:2]
+        k = F.normalize(self.W_K(kv).view(L, U, self.n, -1), dim=-1)       # [L,U,n,dk]
+        q = F.normalize(self.W_Q(self.embed(x[-1, :, 0])), dim=-1)         # [B,dk]
+        beta = self.beta_scale * torch.sigmoid(self.W_beta(kv))            # [L,U,n]
+        g = None
+        if self.gated:  # the decay before each pair's first write
+            g = F.pad(-self.A_log.exp() * F.softplus(self.W_a(kv)), (0, self.n - 1))   # [L,U,n]
+
+        def writes(t: Tensor) -> Tensor:  # [L,U,n,*] -> [L·n,U,*], the n writes of each pair in turn
+            return t.transpose(1, 2).reshape(L * self.n, U, *t.shape[3:])
+
+        W = delta_rule_writes(writes(k), writes(v.unsqueeze(2).expand(-1, -1, self.n, -1)), writes(beta),
+                              None if g is None else writes(g))
+        out = torch.zeros(x.shape[0], x.shape[1], self.S, device=x.device)
+        out[-1] = torch.einsum("bsd,bd->bs", W[slot], q)
         return out, state, {}
 
 

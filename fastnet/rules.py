@@ -104,6 +104,38 @@ def fast_weight_sequence(
     return FastWeightSequence.apply(rule, q, k, v, beta, done, initial_state, key_scale)
 
 
+def delta_rule_writes(k: Tensor, v: Tensor, beta: Tensor, g: Optional[Tensor] = None) -> Tensor:
+    """The memory after N (gated) delta-rule writes into W_0 = 0 with no read in between, in one shot.
+
+    Write i is W_i = exp(g_i) W_{i-1} + β_i (v_i - exp(g_i) W_{i-1} k_i) ⊗ k_i (Eqs. 20-24; with the
+    decay, Gated DeltaNet's Eq. 10). Unrolled, W_N = Σ_i exp(G_N - G_i) u_i ⊗ k_i with G the cumulative
+    sum of g, and the write factors u solve the unit lower-triangular system
+    u_i + β_i Σ_{j<i} exp(G_i - G_j) (k_i·k_j) u_j = β_i v_i: the WY form / UT transform of the chunked
+    kernels (``fastnet.kernels.fast_weight.chunk``), here over the whole sequence as one chunk. A few
+    batched products and one triangular solve replace N autograd steps, so models that write a memory
+    and then read it once (the retrieval memories of ``agents.supervised``) train in seconds, not hours.
+    DeltaProduct's n_h writes per step are n_h consecutive writes here, the decay on the first.
+
+    Args:
+        k: [N,B,dk]; v: [N,B,dv]; beta: [N,B]; g: [N,B] log-decay (<= 0) before each write, or None.
+    Returns:
+        W_N [B,dv,dk].
+    """
+    k, v, beta = k.transpose(0, 1), v.transpose(0, 1), beta.t()            # [B,N,*]
+    N = k.shape[1]
+    strict = torch.ones(N, N, dtype=torch.bool, device=k.device).tril(-1)
+    A = beta.unsqueeze(-1) * (k @ k.transpose(1, 2))                        # β_i k_i·k_j
+    if g is None:
+        last = k.new_ones(k.shape[:2])
+    else:
+        G = g.t().cumsum(-1)
+        A = A * (G.unsqueeze(-1) - G.unsqueeze(-2)).masked_fill(~strict, float("-inf")).exp()
+        last = (G[:, -1:] - G).exp()                                        # exp(G_N - G_i)
+    eye = torch.eye(N, dtype=k.dtype, device=k.device)
+    u = torch.linalg.solve_triangular(eye + A * strict, beta.unsqueeze(-1) * v, upper=False, unitriangular=True)
+    return (last.unsqueeze(-1) * u).transpose(1, 2) @ k
+
+
 def householder_sequence(
     q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Optional[Tensor] = None,
     done: Optional[Tensor] = None, initial_state: Optional[Tensor] = None,

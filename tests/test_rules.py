@@ -7,6 +7,7 @@ from fastnet.feature_maps import elu_plus_one, sum_normalise
 from fastnet.rules import (
     FastWeightSequence,
     delta_rule_step,
+    delta_rule_writes,
     fast_weight_sequence,
     gated_rule_step,
     householder_sequence,
@@ -306,3 +307,32 @@ def test_srwm_reference_matches_loop():
     y_ref, D_ref = srwm_loop(x, W0, done, D0)
     torch.testing.assert_close(y, y_ref)
     torch.testing.assert_close(D, D_ref)
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_delta_rule_writes_matches_a_write_loop(gated):
+    """The one-shot WY form equals N explicit (gated) delta writes into W_0 = 0, values and gradients,
+    including decays strong enough that exp(G_j - G_i) for j > i would overflow if it were formed."""
+    N, B, dk, dv = 9, 3, 5, 4
+    f64 = dict(dtype=torch.float64, requires_grad=True)
+    k = torch.nn.functional.normalize(torch.randn(N, B, dk, dtype=torch.float64), dim=-1).requires_grad_()
+    v, beta = torch.randn(N, B, dv, **f64), (2 * torch.rand(N, B, dtype=torch.float64)).requires_grad_()
+    g = None
+    if gated:
+        g = -torch.rand(N, B, dtype=torch.float64)
+        g[4, 1] = -800.0  # exp(800) overflows float64
+        g.requires_grad_()
+    W = torch.zeros(B, dv, dk, dtype=torch.float64)
+    for i in range(N):
+        if gated:
+            W = g[i].exp()[:, None, None] * W
+        u = beta[i, :, None] * (v[i] - torch.einsum("bvk,bk->bv", W, k[i]))
+        W = W + u[:, :, None] * k[i, :, None, :]
+    W_shot = delta_rule_writes(k, v, beta, g)
+    torch.testing.assert_close(W_shot, W)
+    cotangent = torch.randn_like(W)
+    inputs = [x for x in (k, v, beta, g) if x is not None]
+    for a, b in zip(torch.autograd.grad((W_shot * cotangent).sum(), inputs),
+                    torch.autograd.grad((W * cotangent).sum(), inputs)):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b)

@@ -212,6 +212,27 @@ def test_retrieval_memory_matches_explicit_writes(rule):
         assert not out[:-1, b].any()
 
 
+@pytest.mark.parametrize("memory", ["softmax", "sum", "delta", "gated_delta", "delta_product"])
+def test_retrieval_memory_writes_each_distinct_sequence_once(memory):
+    """An evaluation batch (every key of a sequence asked in turn) reads the same as each column alone."""
+    from agents.supervised import HouseholderRetrievalMemory, RetrievalMemory
+
+    torch.manual_seed(0)
+    task = make_task("retrieval1", num_keys=6)
+    if memory in ("gated_delta", "delta_product"):
+        gated = memory == "gated_delta"
+        model = HouseholderRetrievalMemory(task, 8, 6, 1 if gated else 2, gated, False)
+    else:
+        model = RetrievalMemory(task, 8, 6, "softmax" if memory == "softmax" else "fast_weight",
+                                "sum" if memory == "softmax" else memory, "dpfp", "sum", 1, 4)
+    batch = next(task.eval_batches("valid", 15))  # two and a half sequences' worth of queries
+    assert len(torch.unique(batch.x[:-1].transpose(0, 1).flatten(1), dim=0)) == 3
+    out, _, _ = model(batch.x, (), None)
+    for b in range(batch.x.shape[1]):
+        alone, _, _ = model(batch.x[:, b:b + 1], (), None)
+        torch.testing.assert_close(out[:, b], alone[:, 0])
+
+
 def test_time_budget_scores_the_last_model(tmp_path):
     """A run stopped by max_time_s between evaluations still evaluates its last model."""
     task = make_task("retrieval2", num_keys=4)
