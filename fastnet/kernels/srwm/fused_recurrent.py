@@ -11,7 +11,9 @@ x, φ(k), φ(q)) live in different index spaces; k and q move from the k and q t
 [rows, d] index tiles out of the registers.
 
 Forward saves per step the row vectors u_t (the write's value factor) and v_t - v̄_t, φ(k_t), φ(q_t)
-and the four rates σ(β_t). Backward walks back in time and undoes each write, W_{t-1} = W_t - u_t ⊗ φ(k_t);
+and the four rates σ(β_t). Backward walks back in time and undoes each write, W_{t-1} = W_t - u_t ⊗ φ(k_t),
+in two passes: the y rows first (their gradient needs nothing from the other rows), then the k, q and β
+rows, coupled through the softmaxes, with the y rows' per-step parts from the first pass;
 at a reset it rebuilds the pre-reset state by replaying the segment's writes (as in
 ``fast_weight/fused_recurrent.py``). Extra memory: O(B·T·H·d) vectors.
 """
@@ -107,33 +109,87 @@ def _tile_bwd(W, G, u, diff, rate, pk, pq):
 
 
 @triton.jit
-def _srwm_bwd_kernel(
-    x, w0, d0, done, seg, dT, us, diffs, ks, qs, sg, dy, ddT, dx, dw0, dd0, dbuf,
+def _tile_start(w, dT, ddT, gw, t_off, HAS_DDT: tl.constexpr):
+    """A row group's W_T = W0 + D_T and its gradient dL/dW_T (dL/dD_T, or 0); the program's part of dW0
+    starts as -dD_T (the output D_T = W_T - W0) and gathers the gradient at each reset and at the start."""
+    W = tl.load(w + t_off) + tl.load(dT + t_off)
+    if HAS_DDT:
+        G = tl.load(ddT + t_off)
+    else:
+        G = W * 0.0
+    tl.store(gw + t_off, -G)
+    return W, G
+
+
+@triton.jit
+def _tile_at_reset(w, sd, gw, G, t_off, us, ks, done, seg, b, h, t, T, H, R: tl.constexpr, D: tl.constexpr,
+                   rows, cols):
+    """At a reset before step t, W_{t-1} was W0: the row group's gradient goes to W0 and none flows further
+    back. Returns the state before the reset, rebuilt from the writes since the previous reset (or D0)."""
+    tl.store(gw + t_off, tl.load(gw + t_off) + G)
+    return tl.load(w + t_off) + _state_before_reset(sd + t_off, True, us, ks, done, seg, b, h, t, T, H, R, D, rows,
+                                                    cols)
+
+
+@triton.jit
+def _srwm_bwd_y_kernel(
+    x, w0, d0, done, seg, dT, us, diffs, ks, qs, sg, dy, ddT, dw0, dd0, parts,
     T, H, D: tl.constexpr, HAS_DDT: tl.constexpr,
 ):
+    """Backward, pass 1: the y rows. Their gradient needs nothing from the other rows (dy is given), so
+    they go first, alone, and leave per step their parts of dφ(k), dφ(q), dx and of the y rate's gradient
+    in ``parts`` ([.., 3d+4]: dφ(k), dφ(q), dx, then the rate's gradient). Splitting the rows between two
+    passes halves the tiles each program holds, which keeps d = 64 out of local memory."""
     pid = tl.program_id(0)
     b, h = pid // H, pid % H
     R: tl.constexpr = 3 * D + 4
     ry, rk, rq, rb, cols, ty, tk, tq, tb = _offsets(D)
     w = w0 + h * R * D
     sbase = pid.to(tl.int64) * R * D
-    Wy = tl.load(w + ty) + tl.load(dT + sbase + ty)
-    Wk = tl.load(w + tk) + tl.load(dT + sbase + tk)
-    Wq = tl.load(w + tq) + tl.load(dT + sbase + tq)
-    Wb = tl.load(w + tb) + tl.load(dT + sbase + tb)
-    if HAS_DDT:
-        Gy, Gk = tl.load(ddT + sbase + ty), tl.load(ddT + sbase + tk)
-        Gq, Gb = tl.load(ddT + sbase + tq), tl.load(ddT + sbase + tb)
-    else:
-        Gy, Gk, Gq = Wy * 0.0, Wk * 0.0, Wq * 0.0
-        Gb = Wb * 0.0
-    # this program's part of dW0 (summed over b on the host) accumulates in memory, at each reset and at
-    # the start, from -dD_T (the output D_T = W_T - W0)
     gw = dw0 + sbase
-    tl.store(gw + ty, -Gy)
-    tl.store(gw + tk, -Gk)
-    tl.store(gw + tq, -Gq)
-    tl.store(gw + tb, -Gb)
+    Wy, Gy = _tile_start(w, dT + sbase, ddT + sbase, gw, ty, HAS_DDT)
+    for i in range(T):
+        t = T - 1 - i
+        base = ((b * T + t) * H + h).to(tl.int64)
+        pk = tl.load(ks + base * D + cols)
+        pq = tl.load(qs + base * D + cols)
+        ry_ = _pick(tl.load(sg + base * 4 + tl.arange(0, 4)), 0)
+        fy = tl.load(diffs + base * R + ry)
+        uy = ry_ * fy
+        Wy -= uy[:, None] * pk[None, :]  # W_{t-1} (after the reset)
+        dry, ddy, dpk, dpq = _tile_bwd(Wy, Gy, uy, fy, ry_, pk, pq)
+        do_y = tl.load(dy + base * D + ry).to(tl.float32)
+        part = parts + base * R
+        tl.store(part + cols, dpk - dpq)  # diff = W φ(q) - W φ(k)
+        tl.store(part + D + cols, dpq)
+        tl.store(part + 2 * D + cols, tl.sum(Wy * do_y[:, None], axis=0))
+        tl.store(part + 3 * D + tl.arange(0, 4), tl.where(tl.arange(0, 4) == 0, dry, 0.0))
+        xt = tl.load(x + base * D + cols).to(tl.float32)
+        Gy += ddy[:, None] * (pq - pk)[None, :] + do_y[:, None] * xt[None, :]
+        if tl.load(done + b * T + t) != 0:
+            Wy = _tile_at_reset(w, d0 + sbase, gw, Gy, ty, us, ks, done, seg, b, h, t, T, H, R, D, ry, cols)
+            Gy = Gy * 0.0
+    tl.store(dd0 + sbase + ty, Gy)
+    tl.store(gw + ty, tl.load(gw + ty) + Gy)
+
+
+@triton.jit
+def _srwm_bwd_kernel(
+    x, w0, d0, done, seg, dT, us, diffs, ks, qs, sg, ddT, dx, dw0, dd0, dbuf, parts,
+    T, H, D: tl.constexpr, HAS_DDT: tl.constexpr,
+):
+    """Backward, pass 2: the k, q and β rows, which are coupled through the softmaxes of k and q; the y
+    rows' parts come from pass 1."""
+    pid = tl.program_id(0)
+    b, h = pid // H, pid % H
+    R: tl.constexpr = 3 * D + 4
+    ry, rk, rq, rb, cols, ty, tk, tq, tb = _offsets(D)
+    w = w0 + h * R * D
+    sbase = pid.to(tl.int64) * R * D
+    gw = dw0 + sbase
+    Wk, Gk = _tile_start(w, dT + sbase, ddT + sbase, gw, tk, HAS_DDT)
+    Wq, Gq = _tile_start(w, dT + sbase, ddT + sbase, gw, tq, HAS_DDT)
+    Wb, Gb = _tile_start(w, dT + sbase, ddT + sbase, gw, tb, HAS_DDT)
     db = dbuf + pid.to(tl.int64) * 2 * D
     for i in range(T):
         t = T - 1 - i
@@ -141,25 +197,24 @@ def _srwm_bwd_kernel(
         pk = tl.load(ks + base * D + cols)
         pq = tl.load(qs + base * D + cols)
         rate = tl.load(sg + base * 4 + tl.arange(0, 4))
-        ry_, rk_, rq_, rb_ = _pick(rate, 0), _pick(rate, 1), _pick(rate, 2), _pick(rate, 3)
-        fy, fk = tl.load(diffs + base * R + ry), tl.load(diffs + base * R + rk)
-        fq, fb = tl.load(diffs + base * R + rq), tl.load(diffs + base * R + rb)
-        uy, uk, uq, ub = ry_ * fy, rk_ * fk, rq_ * fq, rb_ * fb
-        Wy -= uy[:, None] * pk[None, :]  # W_{t-1} (after the reset)
-        Wk -= uk[:, None] * pk[None, :]
+        rk_, rq_, rb_ = _pick(rate, 1), _pick(rate, 2), _pick(rate, 3)
+        fk, fq, fb = tl.load(diffs + base * R + rk), tl.load(diffs + base * R + rq), tl.load(diffs + base * R + rb)
+        uk, uq, ub = rk_ * fk, rq_ * fq, rb_ * fb
+        Wk -= uk[:, None] * pk[None, :]  # W_{t-1} (after the reset)
         Wq -= uq[:, None] * pk[None, :]
         Wb -= ub[:, None] * pk[None, :]
-        dry, ddy, dpk, dpq = _tile_bwd(Wy, Gy, uy, fy, ry_, pk, pq)
+        part = parts + base * R
+        dpk, dpq = tl.load(part + cols), tl.load(part + D + cols)
         drk, ddk, dpk_, dpq_ = _tile_bwd(Wk, Gk, uk, fk, rk_, pk, pq)
-        dpk += dpk_
+        dpk += dpk_ - dpq_  # diff = W φ(q) - W φ(k)
         dpq += dpq_
         drq, ddq, dpk_, dpq_ = _tile_bwd(Wq, Gq, uq, fq, rq_, pk, pq)
-        dpk += dpk_
+        dpk += dpk_ - dpq_
         dpq += dpq_
         drb, ddb, dpk_, dpq_ = _tile_bwd(Wb, Gb, ub, fb, rb_, pk, pq)
-        dpk += dpk_ - (dpq + dpq_)  # diff = W φ(q) - W φ(k)
+        dpk += dpk_ - dpq_
         dpq += dpq_
-        # do = dL/d(W x) per row group: dy; the softmax backward of dφ(k), dφ(q) (through memory, from
+        # do = dL/d(W x) per row group: the softmax backward of dφ(k), dφ(q) (through memory, from
         # column to row space); σ'(β) times each rate's gradient on the β rows
         tl.store(db + cols, pk * (dpk - tl.sum(pk * dpk, axis=0)))
         tl.store(db + D + cols, pq * (dpq - tl.sum(pq * dpq, axis=0)))
@@ -167,41 +222,38 @@ def _srwm_bwd_kernel(
         do_k = tl.load(db + ry)
         do_q = tl.load(db + D + ry)
         tl.debug_barrier()
-        drate = tl.where(tl.arange(0, 4) == 0, dry, tl.where(tl.arange(0, 4) == 1, drk,
-                                                             tl.where(tl.arange(0, 4) == 2, drq, drb)))
+        drate = tl.load(part + 3 * D + tl.arange(0, 4))  # the y rate's, from pass 1
+        drate = tl.where(tl.arange(0, 4) == 1, drk, tl.where(tl.arange(0, 4) == 2, drq,
+                                                             tl.where(tl.arange(0, 4) == 3, drb, drate)))
         do_b = drate * rate * (1.0 - rate)
-        do_y = tl.load(dy + base * D + ry).to(tl.float32)
         xt = tl.load(x + base * D + cols).to(tl.float32)
-        dxt = (tl.sum(Wy * do_y[:, None], axis=0) + tl.sum(Wk * do_k[:, None], axis=0)
+        dxt = (tl.load(part + 2 * D + cols) + tl.sum(Wk * do_k[:, None], axis=0)
                + tl.sum(Wq * do_q[:, None], axis=0) + tl.sum(Wb * do_b[:, None], axis=0))
         tl.store(dx + base * D + cols, dxt.to(dx.dtype.element_ty))
         c = (pq - pk)[None, :]
-        Gy += ddy[:, None] * c + do_y[:, None] * xt[None, :]
         Gk += ddk[:, None] * c + do_k[:, None] * xt[None, :]
         Gq += ddq[:, None] * c + do_q[:, None] * xt[None, :]
         Gb += ddb[:, None] * c + do_b[:, None] * xt[None, :]
         if tl.load(done + b * T + t) != 0:
-            # W_{t-1} was W0: its gradient goes to W0, none flows further back; rebuild the state
-            # before the reset from the writes since the previous reset (or D0)
-            tl.store(gw + ty, tl.load(gw + ty) + Gy)
-            tl.store(gw + tk, tl.load(gw + tk) + Gk)
-            tl.store(gw + tq, tl.load(gw + tq) + Gq)
-            tl.store(gw + tb, tl.load(gw + tb) + Gb)
-            Gy, Gk, Gq, Gb = Gy * 0.0, Gk * 0.0, Gq * 0.0, Gb * 0.0
             sd = d0 + sbase
-            Wy = tl.load(w + ty) + _state_before_reset(sd + ty, True, us, ks, done, seg, b, h, t, T, H, R, D, ry, cols)
-            Wk = tl.load(w + tk) + _state_before_reset(sd + tk, True, us, ks, done, seg, b, h, t, T, H, R, D, rk, cols)
-            Wq = tl.load(w + tq) + _state_before_reset(sd + tq, True, us, ks, done, seg, b, h, t, T, H, R, D, rq, cols)
-            Wb = tl.load(w + tb) + _state_before_reset(sd + tb, True, us, ks, done, seg, b, h, t, T, H, R, D, rb, cols)
+            Wk = _tile_at_reset(w, sd, gw, Gk, tk, us, ks, done, seg, b, h, t, T, H, R, D, rk, cols)
+            Wq = _tile_at_reset(w, sd, gw, Gq, tq, us, ks, done, seg, b, h, t, T, H, R, D, rq, cols)
+            Wb = _tile_at_reset(w, sd, gw, Gb, tb, us, ks, done, seg, b, h, t, T, H, R, D, rb, cols)
+            Gk, Gq, Gb = Gk * 0.0, Gq * 0.0, Gb * 0.0
     out = dd0 + sbase
-    tl.store(out + ty, Gy)
     tl.store(out + tk, Gk)
     tl.store(out + tq, Gq)
     tl.store(out + tb, Gb)
-    tl.store(gw + ty, tl.load(gw + ty) + Gy)
     tl.store(gw + tk, tl.load(gw + tk) + Gk)
     tl.store(gw + tq, tl.load(gw + tq) + Gq)
     tl.store(gw + tb, tl.load(gw + tb) + Gb)
+
+
+# Warps of the two backward passes per head size, (y rows, k/q/β rows), read off cuda/compile_check.py:
+# the first setting with no spills on sm_80 and sm_90, fp32 and bf16. At d = 64 the second pass holds
+# 2 (2d + 4) d fp32 values and needs 8 warps of up to 255 registers (16 warps cap a thread at 128 and spill);
+# at d = 16, 4 warps leave one stray spill that 2 do not.
+BWD_WARPS = {16: (2, 2), 32: (4, 4), 64: (4, 8)}
 
 
 class FusedSRWM(torch.autograd.Function):
@@ -234,9 +286,12 @@ class FusedSRWM(torch.autograd.Function):
         dx = torch.empty_like(x)
         dw0, dd0 = torch.empty_like(dT), torch.empty_like(dT)
         dbuf = torch.empty(B * H, 2 * D, **f32)
-        _srwm_bwd_kernel[(B * H,)](x, w0, d0, done8, seg_start(done8.bool()), dT, us, diffs, ks, qs, sg, dy, ddT,
-                                   dx, dw0, dd0, dbuf, T, H, D=D, HAS_DDT=has_ddT,
-                                   num_warps=pick_warps(2 * srwm_rows(D) * D))
+        parts = torch.empty(B, T, H, srwm_rows(D), **f32)
+        seg = seg_start(done8.bool())
+        _srwm_bwd_y_kernel[(B * H,)](x, w0, d0, done8, seg, dT, us, diffs, ks, qs, sg, dy, ddT, dw0, dd0, parts,
+                                     T, H, D=D, HAS_DDT=has_ddT, num_warps=BWD_WARPS[D][0])
+        _srwm_bwd_kernel[(B * H,)](x, w0, d0, done8, seg, dT, us, diffs, ks, qs, sg, ddT, dx, dw0, dd0, dbuf, parts,
+                                   T, H, D=D, HAS_DDT=has_ddT, num_warps=BWD_WARPS[D][1])
         w0_dtype, d0_dtype = ctx.dtypes
         return dx, dw0.sum(0).to(w0_dtype), None, dd0.to(d0_dtype)
 
@@ -246,7 +301,7 @@ def fused_recurrent_srwm(x: torch.Tensor, W0: torch.Tensor, done: torch.Tensor |
     """The self-referential weight matrix over a batch-major sequence (see ``naive.srwm_reference``).
 
     Args:
-        x: [B,T,H,d] (d in 16, 32: see ``SRWM_HEAD_SIZES``), fp32 or bf16; W0: [H,3d+4,d], the learned initial matrix;
+        x: [B,T,H,d] (d in 16, 32, 64: see ``SRWM_HEAD_SIZES``), fp32 or bf16; W0: [H,3d+4,d], the learned initial matrix;
         done: [B,T] bool or None; where set, W resets to W0 before that step;
         D0: [B,H,3d+4,d], the carried state W - W0 (zeros if None).
     Returns:
@@ -282,9 +337,14 @@ def compile_specs(d, KernelSpec, sig, dtype="fp32"):
                    sig(f"x:{x},w0:*fp32,d0:{x},done:*i8,y:{x},dT:*fp32,us:*fp32,diffs:*fp32,ks:*fp32,qs:*fp32,"
                        "sg:*fp32,obuf:*fp32,T:i32,H:i32,D:constexpr"),
                    dict(D=d), pick_warps(srwm_rows(d) * d), lab),
+        KernelSpec("srwm_bwd_y", _srwm_bwd_y_kernel,
+                   sig(f"x:{x},w0:*fp32,d0:{x},done:*i8,seg:*i32,dT:*fp32,us:*fp32,diffs:*fp32,ks:*fp32,qs:*fp32,"
+                       f"sg:*fp32,dy:{x},ddT:*fp32,dw0:*fp32,dd0:*fp32,parts:*fp32,T:i32,H:i32,D:constexpr,"
+                       "HAS_DDT:constexpr"),
+                   dict(D=d, HAS_DDT=True), BWD_WARPS[d][0], lab),
         KernelSpec("srwm_bwd", _srwm_bwd_kernel,
                    sig(f"x:{x},w0:*fp32,d0:{x},done:*i8,seg:*i32,dT:*fp32,us:*fp32,diffs:*fp32,ks:*fp32,qs:*fp32,"
-                       f"sg:*fp32,dy:{x},ddT:*fp32,dx:{x},dw0:*fp32,dd0:*fp32,dbuf:*fp32,T:i32,H:i32,D:constexpr,"
-                       "HAS_DDT:constexpr"),
-                   dict(D=d, HAS_DDT=True), pick_warps(2 * srwm_rows(d) * d), lab),
+                       f"sg:*fp32,ddT:*fp32,dx:{x},dw0:*fp32,dd0:*fp32,dbuf:*fp32,parts:*fp32,T:i32,H:i32,"
+                       "D:constexpr,HAS_DDT:constexpr"),
+                   dict(D=d, HAS_DDT=True), BWD_WARPS[d][1], lab),
     ]
