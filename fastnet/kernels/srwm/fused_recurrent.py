@@ -301,7 +301,8 @@ def fused_recurrent_srwm(x: torch.Tensor, W0: torch.Tensor, done: torch.Tensor |
     """The self-referential weight matrix over a batch-major sequence (see ``naive.srwm_reference``).
 
     Args:
-        x: [B,T,H,d] (d in 16, 32, 64: see ``SRWM_HEAD_SIZES``), fp32 or bf16; W0: [H,3d+4,d], the learned initial matrix;
+        x: [B,T,H,d] (d in 16, 32, 64: see ``SRWM_HEAD_SIZES``), fp32 or bf16;
+        W0: [H,3d+4,d], the learned initial matrix;
         done: [B,T] bool or None; where set, W resets to W0 before that step;
         D0: [B,H,3d+4,d], the carried state W - W0 (zeros if None).
     Returns:
