@@ -225,7 +225,7 @@ class HouseholderRetrievalMemory(RetrievalMemory):
     """The retrieval memory written by Gated DeltaNet / DeltaProduct (the writes of
     ``fastnet.rules.householder_sequence``): per (k, v) pair, n_h L2-normalised keys W_K [e(k); v], rates
     β = σ(W_β [e(k); v]) (2σ with negative eigenvalues), each write with the value v, after the decay
-    α = exp(-exp(A_log) softplus(w_a·[e(k); v] + b)) when ``gated``; the read is W q with
+    α = exp(-exp(A_log) softplus(w_a·[e(k); v] + b)) when ``gated`` (starting near 0.999); the read is W q with
     q = normalise(W_Q e(q)). The L·n_h writes run in one shot (``fastnet.rules.delta_rule_writes``)."""
 
     def __init__(self, task: Task, embedding_size: int, key_size: int, num_householder: int, gated: bool,
@@ -234,9 +234,12 @@ class HouseholderRetrievalMemory(RetrievalMemory):
         self.n, self.gated, self.beta_scale = num_householder, gated, 2.0 if negative_eigenvalues else 1.0
         self.W_K = nn.Linear(embedding_size + self.S, num_householder * key_size, bias=False)
         self.W_beta = nn.Linear(embedding_size + self.S, num_householder)
-        if gated:
+        if gated:  # the slowest decay of the core's Mamba2 initialisation range (A = 1, dt = 1e-3): with one
+            # head there is no spread of rates, and a random draw would forget most of S pairs at the start
             self.W_a = nn.Linear(embedding_size + self.S, 1)
             self.A_log = nn.Parameter(torch.zeros(1))
+            with torch.no_grad():
+                self.W_a.bias.fill_(math.log(math.expm1(1e-3)))  # softplus⁻¹(1e-3): α ≈ 0.999 per pair
 
     def forward(self, x: Tensor, state: tuple, done: Tensor) -> tuple[Tensor, tuple, dict]:
         kv, v, slot = self.written_pairs(x)

@@ -212,6 +212,19 @@ def test_retrieval_memory_matches_explicit_writes(rule):
         assert not out[:-1, b].any()
 
 
+def test_gated_retrieval_memory_starts_with_an_open_gate():
+    """One head, no spread of rates: the decay starts at the slow end of Mamba2's range (α ≈ 0.999 per pair),
+    so a new memory keeps most of S = 200 pairs instead of the last few."""
+    from agents.supervised import HouseholderRetrievalMemory
+
+    torch.manual_seed(0)
+    task = make_task("retrieval1", num_keys=200)
+    model = HouseholderRetrievalMemory(task, 64, 128, 1, True, False)
+    kv, _, _ = model.written_pairs(next(task.train_batches(8)).x)
+    alpha = torch.exp(-model.A_log.exp() * torch.nn.functional.softplus(model.W_a(kv)))
+    assert 0.995 < alpha.mean() < 1 and alpha.prod(0).mean() > 0.5
+
+
 @pytest.mark.parametrize("memory", ["softmax", "sum", "delta", "gated_delta", "delta_product"])
 def test_retrieval_memory_writes_each_distinct_sequence_once(memory):
     """An evaluation batch (every key of a sequence asked in turn) reads the same as each column alone."""
