@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -49,6 +50,14 @@ class RayConfig:
     """Unrolls a host makes per call: more amortise Ray's cost per call (~7 ms), and the policy lag grows."""
     cpus_per_host: PositiveFloat = 1.0
     """CPUs each host reserves in the placement group."""
+
+
+# A host that Ray is restarting answers calls at once with ActorUnavailableError: such calls are made
+# again after RETRY_DELAY_S, and do not count as deaths; one still restarting after RESTART_TIMEOUT_S
+# (Ray notices a lost node within seconds; placing the host elsewhere can take a while on a busy
+# cluster) stops the run.
+RETRY_DELAY_S = 0.5
+RESTART_TIMEOUT_S = 300.0
 
 
 def init_ray(address: str) -> bool:
@@ -136,7 +145,9 @@ class RayTransport(Transport):
         self.updates = 0  # learner updates so far (publish_weights calls)
         self.version = 0  # the updates count of the published weights
         self.weights: list[Any] = []
-        self.failures = [0] * num_hosts
+        self.failures = [0] * num_hosts  # deaths in a row (RayActorError)
+        self.unavailable_since: list[float | None] = [None] * num_hosts  # restarting (ActorUnavailableError) since
+        self.retries: list[tuple[float, int]] = []  # (time, host): calls to make again once the host is back
         self.counters = {"host_failures": 0, "hosts_restarted": 0, "unrolls_lost": 0}
         self.lags: collections.deque[float] = collections.deque(maxlen=unrolls_per_batch)
         self.incarnations: dict[int, tuple[str, int]] = {}  # host -> (node, pid) of its last unroll
@@ -191,14 +202,25 @@ class RayTransport(Transport):
         while len(unrolls) < self.unrolls_per_batch:
             if should_stop():
                 return None
+            now = time.monotonic()
+            for _, host in [r for r in self.retries if r[0] <= now]:
+                self._submit(host)
+            self.retries = [r for r in self.retries if r[0] > now]
+            if not self.pending:  # every host is restarting
+                time.sleep(RETRY_DELAY_S / 4)
+                continue
             done, _ = ray.wait(list(self.pending), num_returns=1, timeout=0.5)
             for ref in done:
                 host, call = self.pending.pop(ref)
                 try:
                     result = ray.get(ref)
-                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
+                except ray.exceptions.RayActorError as e:  # ActorUnavailableError included
                     self._host_failed(host, call, e)
+                    if isinstance(e, ray.exceptions.ActorUnavailableError):  # restarting: call again shortly
+                        self.retries.append((time.monotonic() + RETRY_DELAY_S, host))
+                        continue
                 else:
+                    self.unavailable_since[host] = None
                     incarnation = (result["node"], result["pid"])
                     if self.incarnations.get(host, incarnation) != incarnation:
                         self.counters["hosts_restarted"] += 1
@@ -215,17 +237,26 @@ class RayTransport(Transport):
                 for key in unrolls[0]}
 
     def _host_failed(self, host: int, call: int, error: Exception) -> None:
-        """An unroll call failed because its host died: the unroll is lost, and Ray restarts the
-        host (calls made meanwhile wait for it, or fail while it restarts). Calls that keep failing
-        mean it cannot be restarted (``max_restarts`` used up, or no node can take it)."""
+        """An unroll call failed: its unroll is lost. RayActorError: the host died, and Ray restarts it;
+        ActorUnavailableError: it is restarting, and the call is made again after ``RETRY_DELAY_S``. The
+        run stops when the host does not come back: more than (max_restarts + 1) × max_in_flight deaths
+        in a row (``max_restarts`` used up, or no node can take it), or ``RESTART_TIMEOUT_S`` restarting."""
+        import ray
+
         self.counters["unrolls_lost"] += 1
-        self.failures[host] += 1
         if not self.down[host] and call > self.up_since[host]:  # the first failure of this incarnation
             self.down[host] = True
             self.counters["host_failures"] += 1
             self.log(f"actor host {host} died ({type(error).__name__}); its unrolls in flight are lost; "
                      "Ray restarts it")
-        if self.failures[host] > (self.cfg.max_restarts + 1) * self.cfg.max_in_flight:
+        if isinstance(error, ray.exceptions.ActorUnavailableError):
+            now = time.monotonic()
+            since = self.unavailable_since[host] = self.unavailable_since[host] or now
+            stuck = now - since > RESTART_TIMEOUT_S
+        else:
+            self.failures[host] += 1
+            stuck = self.failures[host] > (self.cfg.max_restarts + 1) * self.cfg.max_in_flight
+        if stuck:
             raise ActorError(f"actor host {host} died and could not be restarted ({type(error).__name__}: "
                              f"{str(error).splitlines()[0] if str(error) else ''}); run the same command again to "
                              f"resume from the last checkpoint")

@@ -6,10 +6,11 @@ import math
 import os
 import time
 
+import numpy as np
 import pytest
 import torch
 
-from agents.errors import ConfigError
+from agents.errors import ActorError, ConfigError
 from agents.learner import build_model, train
 from agents.logger import read_csv
 from agents.ray_backend import RayConfig, RayTransport
@@ -79,3 +80,68 @@ def test_a_maze_run_on_ray_learns(local_ray, tmp_path):
                      "false", "--log.return_window", "200", "--actor.backend", "ray"])
     result = train(cfg)
     assert result["mean_return"] > 30, result  # random ≈ 9; the local backend passes the same bar
+
+
+class _Ref:
+    """Stands in for the object reference of one unroll call."""
+
+
+class _FakeHost:
+    """A host handle whose ``unroll.remote`` only makes a reference (the calls' results come from the
+    scripted ``ray.get`` below)."""
+
+    def __init__(self):
+        self.unroll = self
+        self.calls = 0
+
+    def remote(self, weights, version, count):
+        self.calls += 1
+        return _Ref()
+
+
+def _scripted_transport(monkeypatch, outcomes: list, max_restarts: int = 0) -> tuple[RayTransport, _FakeHost]:
+    """A one-host transport whose calls end, in turn, as ``outcomes`` say: an exception to raise, or
+    None for an unroll. No cluster: ``ray.wait`` and ``ray.get`` are scripted."""
+    import agents.ray_backend as ray_backend
+
+    monkeypatch.setattr(ray_backend, "RETRY_DELAY_S", 0.001)
+    monkeypatch.setattr(ray, "wait", lambda refs, num_returns, timeout: (refs[:1], refs[1:]))
+    script = iter(outcomes)
+
+    def get(ref):
+        outcome = next(script)
+        if outcome is not None:
+            raise outcome
+        return {"node": "n", "pid": 1, "version": 0, "unrolls": [{"reward": np.zeros((3, 1))}]}
+
+    monkeypatch.setattr(ray, "get", get)
+    host = _FakeHost()
+    transport = RayTransport({}, torch.nn.Linear(1, 1), 1, 1, 1, [0],
+                             RayConfig(max_in_flight=1, max_restarts=max_restarts), log=lambda line: None)
+    transport.hosts = [host]
+    transport._submit(0)
+    return transport, host
+
+
+def test_a_restarting_host_is_waited_for_not_counted_as_dead(monkeypatch):
+    """Calls to a host that Ray is restarting fail at once with ActorUnavailableError, many more times
+    than max_restarts would allow deaths: they are made again, and the run goes on when it is back."""
+    unavailable = ray.exceptions.ActorUnavailableError("The actor is restarting.", None)
+    outcomes = [ray.exceptions.RayActorError()] + [unavailable] * 50 + [None]
+    transport, host = _scripted_transport(monkeypatch, outcomes, max_restarts=1)
+    batch = transport.get_batch()
+    assert batch["reward"].shape == (3, 1) and host.calls == 53  # 52 failed calls, then the unroll
+    assert transport.counters == {"host_failures": 1, "hosts_restarted": 0, "unrolls_lost": 51}
+
+
+def test_a_host_that_keeps_dying_or_never_comes_back_stops_the_run(monkeypatch):
+    import agents.ray_backend as ray_backend
+
+    transport, _ = _scripted_transport(monkeypatch, [ray.exceptions.RayActorError()] * 3, max_restarts=1)
+    with pytest.raises(ActorError, match="could not be restarted"):
+        transport.get_batch()  # (max_restarts + 1) × max_in_flight = 2 deaths are allowed, not 3
+    monkeypatch.setattr(ray_backend, "RESTART_TIMEOUT_S", 0.05)
+    unavailable = ray.exceptions.ActorUnavailableError("The actor is restarting.", None)
+    transport, _ = _scripted_transport(monkeypatch, [unavailable] * 10_000)
+    with pytest.raises(ActorError, match="ActorUnavailableError"):
+        transport.get_batch()
