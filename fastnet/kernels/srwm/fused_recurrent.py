@@ -40,6 +40,13 @@ def _offsets(D: tl.constexpr):
 
 
 @triton.jit
+def _program(w0, H, D: tl.constexpr):
+    """This program's (b, h), its head's W0 and the offset of its [3d+4, d] matrices in per-(b, h) buffers."""
+    pid = tl.program_id(0)
+    return pid, pid // H, pid % H, w0 + (pid % H) * (3 * D + 4) * D, pid.to(tl.int64) * (3 * D + 4) * D
+
+
+@triton.jit
 def _pick(v, i):
     """Element i of a 4-vector, as a scalar."""
     return tl.sum(tl.where(tl.arange(0, 4) == i, v, 0.0), axis=0)
@@ -47,12 +54,10 @@ def _pick(v, i):
 
 @triton.jit
 def _srwm_fwd_kernel(x, w0, d0, done, y, dT, us, diffs, ks, qs, sg, obuf, T, H, D: tl.constexpr):
-    pid = tl.program_id(0)
-    b, h = pid // H, pid % H
+    pid, b, h, w, sbase = _program(w0, H, D)
     R: tl.constexpr = 3 * D + 4
     ry, rk, rq, rb, cols, ty, tk, tq, tb = _offsets(D)
-    w = w0 + h * R * D
-    sb = d0 + pid.to(tl.int64) * R * D
+    sb = d0 + sbase
     Wy = tl.load(w + ty) + tl.load(sb + ty).to(tl.float32)
     Wk = tl.load(w + tk) + tl.load(sb + tk).to(tl.float32)
     Wq = tl.load(w + tq) + tl.load(sb + tq).to(tl.float32)
@@ -91,7 +96,7 @@ def _srwm_fwd_kernel(x, w0, d0, done, y, dT, us, diffs, ks, qs, sg, obuf, T, H, 
         Wk += uk[:, None] * pk[None, :]
         Wq += uq[:, None] * pk[None, :]
         Wb += ub[:, None] * pk[None, :]
-    out = dT + pid.to(tl.int64) * R * D
+    out = dT + sbase
     tl.store(out + ty, Wy - tl.load(w + ty))
     tl.store(out + tk, Wk - tl.load(w + tk))
     tl.store(out + tq, Wq - tl.load(w + tq))
@@ -140,12 +145,9 @@ def _srwm_bwd_y_kernel(
     they go first, alone, and leave per step their parts of dφ(k), dφ(q), dx and of the y rate's gradient
     in ``parts`` ([.., 3d+4]: dφ(k), dφ(q), dx, then the rate's gradient). Splitting the rows between two
     passes halves the tiles each program holds, which keeps d = 64 out of local memory."""
-    pid = tl.program_id(0)
-    b, h = pid // H, pid % H
+    pid, b, h, w, sbase = _program(w0, H, D)
     R: tl.constexpr = 3 * D + 4
     ry, rk, rq, rb, cols, ty, tk, tq, tb = _offsets(D)
-    w = w0 + h * R * D
-    sbase = pid.to(tl.int64) * R * D
     gw = dw0 + sbase
     Wy, Gy = _tile_start(w, dT + sbase, ddT + sbase, gw, ty, HAS_DDT)
     for i in range(T):
@@ -180,12 +182,9 @@ def _srwm_bwd_kernel(
 ):
     """Backward, pass 2: the k, q and β rows, which are coupled through the softmaxes of k and q; the y
     rows' parts come from pass 1."""
-    pid = tl.program_id(0)
-    b, h = pid // H, pid % H
+    pid, b, h, w, sbase = _program(w0, H, D)
     R: tl.constexpr = 3 * D + 4
     ry, rk, rq, rb, cols, ty, tk, tq, tb = _offsets(D)
-    w = w0 + h * R * D
-    sbase = pid.to(tl.int64) * R * D
     gw = dw0 + sbase
     Wk, Gk = _tile_start(w, dT + sbase, ddT + sbase, gw, tk, HAS_DDT)
     Wq, Gq = _tile_start(w, dT + sbase, ddT + sbase, gw, tq, HAS_DDT)
