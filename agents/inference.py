@@ -282,7 +282,7 @@ class InferenceServer(Transport):
                 table[env] = s
             self.prev_action[env] = action
             self.prev_logits[env] = logits
-            self.slots["action"].view(-1)[env.cpu()] = action.cpu()
+            self.slots["action"][acting] = action.view(len(acting), -1).cpu()  # worker w owns row w
             for w in acting:
                 self.acted[w].put(0)
             self.served[0] += 1
