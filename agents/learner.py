@@ -158,6 +158,9 @@ def check_config(cfg: TrainConfig) -> None:
     check(cfg.learner.batch_size % cfg.actor.envs_per_actor == 0, "learner.batch_size",
           f"{cfg.learner.batch_size} must be a multiple of actor.envs_per_actor ({cfg.actor.envs_per_actor}), "
           "the trajectories an actor fills at once")
+    check(cfg.actor.backend != "ray" or cfg.actor.inference != "server", "actor.inference",
+          "server mode runs on the local backend only; with actor.backend ray the hosts act with CPU copies of "
+          "the policy (use actor or auto)")
 
 
 def build_model(cfg: TrainConfig, observation_shape: tuple[int, ...], num_actions: int) -> AgentNet:
@@ -197,8 +200,6 @@ def make_transport(cfg: TrainConfig, model: AgentNet, device: torch.device, obse
     inference server (``inference`` auto picks it when ``device`` is CUDA), or the actor pool."""
     ac, env_options = cfg.actor, options(cfg.env)
     if ac.backend == "ray":
-        check(ac.inference != "server", "actor.inference", "server mode runs on the local backend only; with "
-              "actor.backend ray the hosts act with CPU copies of the policy (use actor or auto)")
         return RayTransport(to_dict(cfg), model, ac.num_actors, ac.envs_per_actor,
                             cfg.learner.batch_size // ac.envs_per_actor, seeds, cfg.ray)
     inference = ac.inference if ac.inference != "auto" else "server" if device.type == "cuda" else "actor"
