@@ -28,6 +28,7 @@ import os
 import signal
 import statistics
 import sys
+import time
 import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -46,7 +47,8 @@ from fastnet import CORES
 DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "sweep.yaml")
 CoreName = Literal[tuple(CORES)]
 GRID_KEYS = ("envs", "cores", "seeds", "total_steps", "train_flags")  # what a resumed sweep must keep
-REPORTED = ("sps", "mean_return", "episodes", "loss")  # the log columns each update reports to Tune
+REPORTED = ("sps", "mean_return", "episodes", "loss")  # the log columns reported to Tune
+REPORT_EVERY_S = 2.0  # at most one report per trial this often: a maze run makes ~50 updates/s
 SUMMARY_NAME = "summary.json"  # in a trial's run directory once it has finished
 CSV_FIELDS = ("env", "core", "seed", "steps", "mean_return", "sps", "run_dir")
 
@@ -198,7 +200,7 @@ def run_trial(config: dict[str, Any]) -> None:
 def trial_process(config: dict[str, Any], sender: Connection, parent: int) -> None:
     """The training process of a trial, started by the Ray worker ``parent``: train (unless its
     run directory holds a summary already), write ``summary.json``, and send ("update", metrics)
-    per log row, then ("done", summary) or ("error", message)."""
+    at most every ``REPORT_EVERY_S``, then ("done", summary) or ("error", message)."""
     if sys.platform == "linux":  # SIGTERM when the Ray worker's thread that started us ends
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
     if os.getppid() != parent:  # the worker died before that
@@ -210,8 +212,14 @@ def trial_process(config: dict[str, Any], sender: Connection, parent: int) -> No
         summary = read_summary(run_dir)
         if summary is None:
             cfg = trial_config(trial, config["total_steps"], config["train_flags"], run_dir)
-            result = train(cfg, on_update=lambda step, metrics: sender.send(
-                ("update", {"step": step, **{k: float(metrics[k]) for k in REPORTED if k in metrics}})))
+            last_report = [-math.inf]
+
+            def report(step: int, metrics: dict[str, float]) -> None:
+                if time.monotonic() - last_report[0] >= REPORT_EVERY_S:
+                    last_report[0] = time.monotonic()
+                    sender.send(("update", {"step": step, **{k: float(metrics[k]) for k in REPORTED if k in metrics}}))
+
+            result = train(cfg, on_update=report)
             if result["step"] < cfg.run.total_steps:  # stopped by a signal: not finished
                 raise RunFailure(f"training stopped at step {result['step']:,} of {cfg.run.total_steps:,}")
             summary = {**dataclasses.asdict(trial), "total_steps": cfg.run.total_steps, "steps": result["step"],
