@@ -7,32 +7,42 @@ or the new one, never a torn file. The ``keep - 1`` checkpoints before the lates
 ``checkpoint.prev1.pt`` (the one before), ``checkpoint.prev2.pt``, ...; milestones are extra
 copies named ``checkpoint-<step>.pt``. Both are hard links where the file system has them.
 
+A checkpoint is data, never code: it holds only tensors, numbers, strings, None and dicts,
+lists and tuples of them, and is read with ``torch.load(..., weights_only=True)``, whose
+unpickler builds nothing else and calls no function. A file that names anything else (a
+crafted pickle whose ``__reduce__`` would run a command) is refused without being executed.
+Checkpoints of older versions, whose optimiser settings were jsonargparse's number types,
+read those back as plain numbers; anything else they hold takes a knowing
+``python launch/convert_checkpoint.py FILE``.
+
 A state with NaN or infinite values is never saved (:class:`NonFiniteStateError`), and
 :func:`load_latest_good` resumes from the newest checkpoint that is readable and finite. A
 write that fails (disk full, read-only directory) raises :class:`WriteFailure` with one line.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import errno
 import glob
 import os
-import pickle
 import re
 import shutil
 import sys
 import tempfile
-import zipfile
+import warnings
 from typing import Any, BinaryIO, Callable, Iterator
 
 import torch
 from torch import nn
 
 from agents.errors import (
+    CheckpointError,
     ConfigMismatchError,
     CorruptCheckpointError,
     NoGoodCheckpointError,
     NonFiniteStateError,
+    UnsafeCheckpointError,
     UsageError,
     WriteFailure,
 )
@@ -42,6 +52,13 @@ _UMASK = os.umask(0o022)  # read the process umask (the call sets it) ...
 os.umask(_UMASK)  # ... and put it back
 _MILESTONE = re.compile(r"checkpoint-(\d+)\.pt$")
 _PREVIOUS = re.compile(r"checkpoint\.prev(\d+)\.pt$")
+# Older versions saved the optimiser's settings as jsonargparse's restricted numbers, float and int
+# subclasses; reading their names as the built-in float and int keeps those checkpoints loadable
+# without letting the unpickler build anything but a number.
+LEGACY_NUMBERS = [(float, f"jsonargparse.typing.{name}") for name in
+                  ("PositiveFloat", "NonNegativeFloat", "ClosedUnitInterval", "OpenUnitInterval")] + \
+                 [(int, f"jsonargparse.typing.{name}") for name in ("PositiveInt", "NonNegativeInt")]
+CONVERT = "python launch/convert_checkpoint.py"
 
 
 def _os_error(error: BaseException) -> OSError | None:
@@ -68,7 +85,8 @@ def write_failure(error: OSError, what: str, path: str) -> WriteFailure:
             errno.EDQUOT: "; free some space and run the same command again",
             errno.EROFS: "; make it writable or choose another run_dir",
             errno.EACCES: "; make it writable or choose another run_dir"}.get(code, "")
-    kept = f" (the previous {what.removeprefix('the ')} is intact)" if os.path.isfile(path) else ""
+    noun = what.removeprefix("the ").removeprefix("a ")
+    kept = f" (the previous {noun} is intact)" if os.path.isfile(path) else ""
     return WriteFailure(f"cannot write {what} to {directory}: {reason}{kept}{hint}")
 
 
@@ -162,6 +180,30 @@ def _names(names: list[str]) -> str:
     return names[0] + (f" (and {len(names) - 1} more)" if len(names) > 1 else "")
 
 
+def plain_data(value: Any, where: str = "the checkpoint") -> Any:
+    """``value`` (a checkpoint payload) as plain data: tensors, None, the built-in bool, int,
+    float and str (subclasses such as jsonargparse's restricted numbers become their base), and
+    dicts, lists and tuples of them; TypeError for anything else, which ``torch.load(...,
+    weights_only=True)`` could not read back."""
+    if value is None or type(value) in (torch.Tensor, nn.Parameter):
+        return value
+    for scalar in (bool, int, float, str):
+        if isinstance(value, scalar):
+            return scalar(value)
+    if isinstance(value, (dict, list, tuple)):
+        kind = type(value)
+        if kind not in (dict, collections.OrderedDict, list, tuple):
+            raise TypeError(f"{where} is a {kind.__name__}; a checkpoint holds only plain data")
+        if isinstance(value, dict):
+            out = kind((plain_data(k, where), plain_data(v, f"{where}[{k!r}]")) for k, v in value.items())
+            if hasattr(value, "_metadata"):  # a state_dict's module versions
+                out._metadata = value._metadata
+            return out
+        return kind(plain_data(v, f"{where}[{i}]") for i, v in enumerate(value))
+    raise TypeError(f"{where} is a {type(value).__name__}; a checkpoint holds only tensors, numbers, strings, "
+                    "None, and dicts, lists and tuples of them")
+
+
 def save_checkpoint(directory: str, *, model: nn.Module, optimizer: torch.optim.Optimizer | None,
                     scheduler: Any | None, counters: dict[str, int], config: dict[str, Any],
                     milestone: bool = False, keep: int = 2, **extra: Any) -> str:
@@ -169,21 +211,22 @@ def save_checkpoint(directory: str, *, model: nn.Module, optimizer: torch.optim.
     the ``keep - 1`` checkpoints before it as ``checkpoint.prev<i>.pt`` (i = 1 the newest).
 
     ``counters`` holds the step counters (at least ``step``); ``config`` the resolved config as
-    a dict; ``extra`` anything else picklable. Returns the path of the latest checkpoint.
+    a dict; ``extra`` anything else that is plain data (:func:`plain_data`). Returns the path of
+    the latest checkpoint.
     Raises :class:`NonFiniteStateError` if a tensor of the state holds NaN or infinite values
     and :class:`WriteFailure` if the file cannot be written; either way ``checkpoint.pt`` stays
     as it was.
     """
     if keep < 1:
         raise UsageError(f"checkpoints to keep must be at least 1 (the latest), got {keep}")
-    payload = {
+    payload = plain_data({
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
         "scheduler": scheduler.state_dict() if scheduler is not None else None,
         "counters": dict(counters),
         "config": config,
         **extra,
-    }
+    })
     path = os.path.join(directory, LATEST)
     bad = non_finite(payload)
     if bad:
@@ -226,7 +269,7 @@ def _previous(directory: str) -> list[tuple[int, str]]:
 def checkpoints(directory: str) -> list[str]:
     """Every checkpoint in ``directory``, newest first: ``checkpoint.pt``, ``checkpoint.prev1.pt``,
     ``checkpoint.prev2.pt``, ..., then the milestones ``checkpoint-<step>.pt`` by step."""
-    latest = [os.path.join(directory, LATEST)] if os.path.isfile(os.path.join(directory, LATEST)) else []
+    latest = [os.path.join(directory, LATEST)] if os.path.exists(os.path.join(directory, LATEST)) else []
     milestones = [(int(m.group(1)), p) for p in glob.glob(os.path.join(directory, "checkpoint-*.pt"))
                   if (m := _MILESTONE.search(p))]
     return latest + [p for _, p in sorted(_previous(directory))] + [p for _, p in sorted(milestones, reverse=True)]
@@ -268,26 +311,69 @@ def check_same_run(saved: dict[str, Any], current: Any, may_change: tuple[str, .
 
 
 def read_checkpoint(path: str, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """The payload of the checkpoint at ``path``. Raises :class:`CorruptCheckpointError` if it is
-    empty, truncated, corrupt or unreadable, and :class:`NonFiniteStateError` if a tensor in it
-    holds NaN or infinite values (as written by versions that saved diverged states)."""
+    """The payload of the checkpoint at ``path``, read as data only (``weights_only=True``).
+
+    Raises :class:`UnsafeCheckpointError` if the file names anything but plain data (nothing in
+    it is run), :class:`CorruptCheckpointError` if it is missing, a directory, empty, truncated,
+    corrupt or unreadable (whatever the unpickler raises: OverflowError, MemoryError, ...), and
+    :class:`NonFiniteStateError` if a tensor in it holds NaN or infinite values (as written by
+    versions that saved diverged states)."""
     try:
+        if os.path.isdir(path):
+            raise CorruptCheckpointError(f"checkpoint {path} is a directory, not a file; move it away")
         if os.path.getsize(path) == 0:
             raise CorruptCheckpointError(f"checkpoint {path} is empty")
-        payload = torch.load(path, map_location=map_location, weights_only=False)
-    except (OSError, EOFError, RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError) as e:
+        with warnings.catch_warnings(), torch.serialization.safe_globals(LEGACY_NUMBERS):
+            warnings.simplefilter("ignore")  # e.g. the unpickler's note on a pickle protocol it was not given
+            payload = torch.load(path, map_location=map_location, weights_only=True)
+    except CorruptCheckpointError:
+        raise
+    except Exception as e:  # a file is input: every way of failing to read it is one line
+        unsafe = _unsafe_globals(path)
+        if unsafe:
+            raise UnsafeCheckpointError(
+                f"checkpoint {path} is not plain data: it names {_listing(unsafe)}, which a checkpoint never holds, "
+                f"so it was not loaded (nothing in it ran). If an older DeltaBeast wrote it and you trust the file, "
+                f"convert it once with `{CONVERT} {path}`") from None
         if isinstance(e, OSError):
             reason = f"cannot be read: {os.strerror(e.errno).lower() if e.errno else e}"
         else:
-            first_line = (str(e).splitlines() or [type(e).__name__])[0]
-            reason = f"is truncated or corrupt ({type(e).__name__}: {first_line})"
-        raise CorruptCheckpointError(f"checkpoint {path} {reason}") from e
+            reason = f"is truncated or corrupt ({type(e).__name__}: {_first_line(e)})"
+        raise CorruptCheckpointError(f"checkpoint {path} {reason}") from None
     if not isinstance(payload, dict) or "model" not in payload or "counters" not in payload:
         raise CorruptCheckpointError(f"checkpoint {path} is not a checkpoint of this toolkit (no model or counters)")
     bad = non_finite(payload)
     if bad:
         raise NonFiniteStateError(f"checkpoint {path} holds NaN or infinite values: {_names(bad)}")
     return payload
+
+
+def _unsafe_globals(path: str) -> list[str]:
+    """The classes and functions that the pickle in the torch file ``path`` names and
+    ``weights_only`` does not allow, read without unpickling anything ([] if none, or if the
+    file is not a readable torch zip file)."""
+    try:
+        found = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # not a zip of torch.save: corrupt, which the caller reports
+        return []
+    legacy = {name for _, name in LEGACY_NUMBERS}
+    return [name for name in found if name not in legacy]
+
+
+def _listing(names: list[str], most: int = 3) -> str:
+    """"a, b, c and 2 more": the first ``most`` of ``names`` in sorted order."""
+    names = sorted(names)
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _first_line(error: BaseException) -> str:
+    """The gist of an error from ``torch.load``: for the weights-only unpickler, its own reason
+    (e.g. "Unsupported operand 149") rather than its advice; else the first line."""
+    text = str(error)
+    if "WeightsUnpickler error:" in text:
+        text = text.split("WeightsUnpickler error:", 1)[1]
+    return next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)
 
 
 def _restore(payload: dict[str, Any], model: nn.Module | None, optimizer: torch.optim.Optimizer | None,
@@ -328,16 +414,19 @@ def load_latest_good(directory: str, model: nn.Module | None = None, optimizer: 
 
     Each checkpoint skipped is reported by ``warn`` (one line: the file and why); if none is good,
     raises :class:`NoGoodCheckpointError`. A checkpoint of a run with other settings raises
-    :class:`ConfigMismatchError` at once (older checkpoints of that run would differ too).
+    :class:`ConfigMismatchError` at once (older checkpoints of that run would differ too), and a
+    directory where a checkpoint should be raises :class:`CorruptCheckpointError` at once.
     """
     found = checkpoints(directory)
     if not found:
         return None
-    skipped: list[tuple[str, CorruptCheckpointError | NonFiniteStateError]] = []
+    skipped: list[tuple[str, CheckpointError]] = []
     for path in found:
         try:
             payload = read_checkpoint(path, map_location)
-        except (CorruptCheckpointError, NonFiniteStateError) as e:
+        except (CorruptCheckpointError, UnsafeCheckpointError, NonFiniteStateError) as e:
+            if os.path.isdir(path):  # not skipped: the run could not write its next checkpoint there
+                raise
             skipped.append((path, e))
             continue
         if config is not None and payload.get("config") is not None:

@@ -78,9 +78,10 @@ def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], def
             raise ConfigError(f"--{sel.key}: unknown {sel.kind} {name!r}; choose one of: {', '.join(sel.choices)}")
         names[section] = name
     raw = deep_merge(apply_presets(defaults, names), apply_presets(user, names))
-    for sel in selectors:  # the chosen name, wherever it came from
+    for sel in selectors:  # the chosen name, wherever it came from (a repeated flag: the last)
         section, _, field_name = sel.key.rpartition(".")
         raw[section] = {**(raw.get(section) or {}), field_name: names[section]}
+        argv = _without_flag(argv, sel.key)
     schema = make_schema(names)
     parser = make_parser(schema, prog, description, short_flags or {})
     try:
@@ -162,6 +163,19 @@ def _flag_value(argv: list[str], key: str) -> str | None:
         elif arg.startswith(f"--{key}="):
             value = arg.split("=", 1)[1]
     return value
+
+
+def _without_flag(argv: list[str], key: str) -> list[str]:
+    """``argv`` less every ``--key VALUE`` and ``--key=VALUE``."""
+    out, skip = [], False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+        elif arg == f"--{key}" and i + 1 < len(argv):
+            skip = True
+        elif not arg.startswith(f"--{key}="):
+            out.append(arg)
+    return out
 
 
 def load_yaml(path: str) -> dict[str, Any]:
@@ -328,7 +342,7 @@ _TYPES = {"PositiveInt": "an integer > 0", "NonNegativeInt": "an integer >= 0", 
 _LITERAL = re.compile(r"Expected a typing\.Literal\[(.*)\]\. Got value: (.*)")
 _EXPECTED = re.compile(r"Expected a <class '(\w+)'>\. Got value: (.*)")
 _RESTRICTIONS = {"v>0": "must be > 0", "v>=0": "must be >= 0", "v>=0 and v<=1": "must be in [0, 1]",
-                 "v>0 and v<1": "must be in (0, 1)"}
+                 "v>0 and v<1": "must be in (0, 1)", "v>=0 and v<1": "must be in [0, 1)"}
 
 
 def one_line(error: BaseException, parser: ArgumentParser) -> str:

@@ -51,12 +51,21 @@ class CorruptCheckpointError(CheckpointError):
     """A checkpoint file is empty, truncated, corrupt or unreadable."""
 
 
+class UnsafeCheckpointError(CheckpointError):
+    """A checkpoint file names something other than plain data (a crafted pickle that would run
+    code); it is refused unread."""
+
+
 class NonFiniteStateError(CheckpointError):
     """A model or optimiser state holds NaN or infinite values (never saved, never resumed)."""
 
 
 class NoGoodCheckpointError(CheckpointError):
     """A run directory holds checkpoints, but none is readable and finite."""
+
+
+class NonFinitePolicyError(RunFailure):
+    """The policy's logits are NaN or infinite: its weights or its memory diverged."""
 
 
 class ActorError(RunFailure):

@@ -35,7 +35,8 @@ import torch
 from torch import Tensor, nn
 
 from agents.actor import create_buffers
-from agents.errors import ActorError
+from agents.errors import ActorError, UserError
+from agents.network import check_actions
 from agents.transport import Batch, Transport
 from agents.workers import IndexQueue, PipeFlag, WorkerProcesses
 
@@ -133,7 +134,8 @@ class InferenceServer(Transport):
         self.released: queue.Queue[tuple[int, Any]] = queue.Queue()  # learner -> loop
         self.held: int | None = None  # the batch the learner is using
         self.stopping = threading.Event()
-        self.error: str | None = None
+        self.error: str | None = None  # the traceback of a crash
+        self.failure: UserError | None = None  # a failure that is the run's one line
         self.served = [0, 0]  # inference batches, and envs served in them
         self.served_at_last_stats = [0, 0]
         self.thread = threading.Thread(target=self._loop, name="inference", daemon=True)
@@ -173,6 +175,8 @@ class InferenceServer(Transport):
         return {"inference_batch": (envs - envs_0) / (batches - batches_0) if batches > batches_0 else float("nan")}
 
     def check(self) -> None:
+        if self.failure is not None:
+            raise ActorError(f"the inference loop stopped: {self.failure}")
         if self.error is not None:
             raise ActorError(f"the inference loop crashed: {self.error.rstrip().splitlines()[-1]} (its traceback "
                              f"is above); fix the cause and run the same command again to resume from the last "
@@ -199,6 +203,8 @@ class InferenceServer(Transport):
                     workers = self._collect(stalled)
                     if workers:
                         self._serve(workers, stalled)
+        except UserError as e:  # e.g. non-finite logits: the run's one line, no traceback
+            self.failure = e
         except BaseException:
             self.error = traceback.format_exc()
             print(f"the inference loop crashed:\n{self.error}", flush=True)
@@ -282,7 +288,9 @@ class InferenceServer(Transport):
                 table[env] = s
             self.prev_action[env] = action
             self.prev_logits[env] = logits
-            self.slots["action"][acting] = action.view(len(acting), -1).cpu()  # worker w owns row w
+            actions = action.view(len(acting), -1).cpu()
+            check_actions(actions)
+            self.slots["action"][acting] = actions  # worker w owns row w
             for w in acting:
                 self.acted[w].put(0)
             self.served[0] += 1

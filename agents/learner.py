@@ -9,6 +9,7 @@ the carried state, as the official code does. V-trace and the loss follow Espeho
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import math
@@ -29,7 +30,7 @@ from agents.errors import ActorError, ConfigError
 from agents.inference import InferenceServer
 from agents.logger import Logger, RecentMean
 from agents.network import AgentNet, MLPNetworkConfig, NetworkConfig, ResNetNetworkConfig
-from agents.ray_backend import RayConfig, RayTransport
+from agents.ray_backend import RayConfig, RayTransport, ray_connection
 from agents.training import OptimConfig, RunConfig, Trainer, configure_kernels, resolve_device
 from agents.transport import Transport
 from agents.vtrace import impala_losses, total_loss
@@ -249,9 +250,15 @@ def train(cfg: TrainConfig, on_update: Callable[[int, dict[str, float]], None] |
     Returns the final counters, the mean recent return and the SPS from the first update to the end
     (leaving out the start-up).
     """
+    check_config(cfg)
+    # Ray first: an unreachable cluster is reported before anything is written to the run directory
+    with ray_connection(cfg.ray.address) if cfg.actor.backend == "ray" else contextlib.nullcontext():
+        return _train(cfg, on_update)
+
+
+def _train(cfg: TrainConfig, on_update: Callable[[int, dict[str, float]], None] | None) -> dict[str, Any]:
     import envs
 
-    check_config(cfg)
     device = resolve_device(cfg.run.device)
     configure_kernels(cfg.run.kernels, device)
     if cfg.run.num_threads:

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from jsonargparse.typing import PositiveFloat
 from torch import Tensor, nn
 
+from agents.errors import NonFinitePolicyError
 from agents.resnet import ResNetStem
 from fastnet import make_core
 from fastnet.state import State
@@ -148,11 +149,35 @@ class AgentNet(nn.Module):
         Returns the actions [B] (sampled from the policy, or its argmax if not ``sample``), the
         logits [B,A] and the core state after the step. The actors, evaluation and the benchmarks
         all step the policy through here.
+
+        Logits that are NaN or infinite (diverged weights, or a memory that overflowed) raise
+        :class:`NonFinitePolicyError` on the CPU. On a GPU, where checking would wait for the
+        device, their rows are sampled as uniform and their action is -1, which the caller
+        checks on the host copy it makes anyway (:func:`check_actions`).
         """
         logits, _, state, _ = self(obs[None], prev_reward[None], prev_action[None], done[None], state)
         logits = logits[0]
-        if sample:
-            action = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
+        finite = torch.isfinite(logits).all(-1)
+        if logits.device.type == "cpu":
+            if not finite.all():
+                raise NonFinitePolicyError(NONFINITE_LOGITS)
         else:
-            action = logits.argmax(-1)
-        return action, logits, state
+            action = self._sample(torch.where(finite[:, None], logits, 0.0), sample, generator)
+            return torch.where(finite, action, -1), logits, state
+        return self._sample(logits, sample, generator), logits, state
+
+    @staticmethod
+    def _sample(logits: Tensor, sample: bool, generator: torch.Generator | None) -> Tensor:
+        if sample:
+            return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
+        return logits.argmax(-1)
+
+
+NONFINITE_LOGITS = ("the policy's logits are NaN or inf (its weights or its memory diverged); stopped; start a new run "
+                    "with a lower optim.lr, a larger optim.eps or a gradient clip")
+
+
+def check_actions(actions: Tensor) -> None:
+    """Raise :class:`NonFinitePolicyError` if :meth:`AgentNet.act` marked an action -1 (host tensor)."""
+    if bool((actions < 0).any()):
+        raise NonFinitePolicyError(NONFINITE_LOGITS)

@@ -20,17 +20,19 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
+import socket
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
 from torch import nn
 
-from agents.errors import ActorError, ConfigError
+from agents.errors import ActorError, ConfigError, RunFailure, UserError
 from agents.transport import Batch, Transport
 
 
@@ -58,11 +60,16 @@ class RayConfig:
 # cluster) stops the run.
 RETRY_DELAY_S = 0.5
 RESTART_TIMEOUT_S = 300.0
+CONNECT_TIMEOUT_S = 10.0  # for the TCP check of an explicit --ray.address
 
 
 def init_ray(address: str) -> bool:
     """Connect to (or start) a Ray cluster; returns whether this call started or joined it (and so
-    should shut it down). A cluster already initialised in this process is used as it is."""
+    should shut it down). A cluster already initialised in this process is used as it is.
+
+    An explicit ``host:port`` is first checked with a plain TCP connection (Ray itself would
+    retry an unreachable address for ever): nothing listening there is a :class:`RunFailure`
+    within :data:`CONNECT_TIMEOUT_S`."""
     import ray
 
     if ray.is_initialized():
@@ -76,12 +83,35 @@ def init_ray(address: str) -> bool:
         except ConnectionError:  # no cluster running here: start one
             ray.init(**kwargs)
     else:
+        unreachable = f"cannot reach a Ray cluster at {address}"
+        advice = "start one there with `ray start --head`, or use --ray.address local or auto"
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"--ray.address: {address!r} is not host:port, auto or local")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        except OSError as e:
+            reason = os.strerror(e.errno).lower() if e.errno else str(e) or type(e).__name__
+            raise RunFailure(f"{unreachable}: {reason}; {advice}") from None
         try:
             ray.init(address=address, **kwargs)
         except ConnectionError as e:
-            raise ConfigError(f"--ray.address: cannot reach a Ray cluster at {address} ({e}); start one with "
-                              "`ray start --head` or use --ray.address local") from None
+            raise RunFailure(f"{unreachable}: {str(e).splitlines()[0] if str(e) else 'no answer'}; {advice}") from None
     return True
+
+
+@contextlib.contextmanager
+def ray_connection(address: str) -> Iterator[None]:
+    """Within the block, this process is connected to the Ray cluster at ``address``
+    (:func:`init_ray`); a cluster the block started or joined is left at its end."""
+    import ray
+
+    owned = init_ray(address)
+    try:
+        yield
+    finally:
+        if owned:
+            ray.shutdown()
 
 
 class ActorHost:
@@ -118,10 +148,13 @@ class ActorHost:
             self.model.load_state_dict({k: torch.from_numpy(v) for k, v in ray.get(weights[0]).items()})
             self.version = version
         unrolls = []
-        for _ in range(count):
-            self.runner.unroll(self.out)
-            self.unrolls_done += 1
-            unrolls.append({key: value.numpy().copy() for key, value in self.out.items()})
+        try:
+            for _ in range(count):
+                self.runner.unroll(self.out)
+                self.unrolls_done += 1
+                unrolls.append({key: value.numpy().copy() for key, value in self.out.items()})
+        except UserError as e:  # e.g. non-finite logits: the run's one line, not a traceback in the driver's log
+            return {"failure": str(e)}
         return {"unrolls": unrolls, "version": self.version, "node": self.node, "pid": os.getpid()}
 
     def where(self) -> dict[str, Any]:
@@ -220,6 +253,8 @@ class RayTransport(Transport):
                         self.retries.append((time.monotonic() + RETRY_DELAY_S, host))
                         continue
                 else:
+                    if "failure" in result:
+                        raise ActorError(f"actor host {host} stopped: {result['failure']}")
                     self.unavailable_since[host] = None
                     incarnation = (result["node"], result["pid"])
                     if self.incarnations.get(host, incarnation) != incarnation:

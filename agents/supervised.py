@@ -363,6 +363,14 @@ def set_seed(seed: int) -> None:
     np.random.seed(seed)
 
 
+def _finished(result: dict[str, Any] | None, max_steps: int | None) -> bool:
+    """Whether a checkpoint's run is done: it holds the run's result, and it did not stop only at a
+    step budget that has since been raised."""
+    if result is None:
+        return False
+    return result["stop_reason"] != "max_steps" or not max_steps or result["steps"] >= max_steps
+
+
 def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict[str, Any]:
     """Train ``cfg.core`` on ``cfg.task``; returns the best valid and final test metrics."""
     t = cfg.train
@@ -396,6 +404,13 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
     step, best_score, best_step, best_model, history = 0, math.inf, 0, None, []
     best_path = os.path.join(run_dir, "best_model.pt")
     payload = trainer.resume(device, cfg.run.resume)
+    if payload is not None and _finished(payload.get("result"), max_steps):
+        result = payload["result"]
+        if not quiet:
+            print(f"{run_dir} is already done ({result['stop_reason']} at step {result['steps']}; results in "
+                  f"results.json); nothing to do. To train it again, use --run.resume false or another --run_dir",
+                  flush=True)
+        return result
     if payload is not None:
         step, best_step = payload["counters"]["step"], payload["counters"]["best_step"]
         best_score, best_model = payload["best_score"], payload["best_model"]
@@ -410,8 +425,8 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
         print(f"task {cfg.task.name} | core {cfg.core.name} ({model_kind(cfg, task)}) | {n_params:,} parameters | "
               f"max_steps {max_steps} | run_dir {run_dir}", flush=True)
 
-    def checkpoint() -> None:
-        trainer.save({"step": step, "best_step": best_step}, best_score=best_score, best_model=best_model)
+    def checkpoint(**result: Any) -> None:
+        trainer.save({"step": step, "best_step": best_step}, best_score=best_score, best_model=best_model, **result)
 
     state, weights = None, cfg.loss.aux_loss_weights
 
@@ -480,6 +495,7 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
               "best_step": best_step, "stop_reason": stop_reason, "parameters": n_params,
               "wall_s": round(time.time() - start, 1), "valid": valid, "test": test, "history": history}
     atomic_write_text(os.path.join(run_dir, "results.json"), json.dumps(result, indent=1))
+    checkpoint(result=result)  # the run is done: running it again does nothing
     if not quiet:
         print(f"done ({stop_reason}) at step {step}: best valid {t.select_metric} {sign * best_score:.4g} "
               f"at step {best_step} | "

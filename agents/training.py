@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal, Optional
 
 import torch
-from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+from jsonargparse.typing import (
+    ClosedUnitInterval,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    restricted_number_type,
+)
 from torch import Tensor, nn
 
 from agents.checkpoint import load_latest_good, save_checkpoint
@@ -77,12 +84,12 @@ class OptimConfig:
     """ε added to the denominator (RMSProp and Adam)."""
     alpha: ClosedUnitInterval = 0.99
     """RMSProp: smoothing of the squared gradients."""
-    momentum: NonNegativeFloat = 0.0
-    """RMSProp: momentum."""
-    beta1: ClosedUnitInterval = 0.9
-    """Adam: β1."""
-    beta2: ClosedUnitInterval = 0.999
-    """Adam: β2."""
+    momentum: UnitIntervalHalfOpen = 0.0
+    """RMSProp: momentum, in [0, 1)."""
+    beta1: UnitIntervalHalfOpen = 0.9
+    """Adam: β1, in [0, 1)."""
+    beta2: UnitIntervalHalfOpen = 0.999
+    """Adam: β2, in [0, 1)."""
     grad_clip: NonNegativeFloat = 40.0
     """Clip the global gradient norm to this (0: no clipping)."""
     warmup_steps: NonNegativeInt = 0
@@ -91,6 +98,10 @@ class OptimConfig:
     """Decay the learning rate linearly to 0 at the end of the budget."""
     max_nonfinite_steps: PositiveInt = 10
     """Stop the run after this many updates in a row whose loss or gradient is NaN or inf (each is skipped)."""
+
+
+# A momentum or an Adam β of 1 or more never forgets: the step grows without bound.
+UnitIntervalHalfOpen = restricted_number_type("UnitIntervalHalfOpen", float, [(">=", 0), ("<", 1)])
 
 
 class NonFiniteError(UserError):
@@ -183,9 +194,10 @@ class Trainer:
 
         An update whose loss or gradient norm is not finite is skipped (no optimiser or schedule
         step) and reported with ``nonfinite = 1``; after ``max_nonfinite_steps`` in a row,
-        :class:`NonFiniteError` stops the run. (Weights that a finite step turned NaN, e.g. with
-        RMSProp's eps 0, make every later loss NaN, so the same guard stops that run; and a
-        checkpoint with NaN weights is never written.)
+        :class:`NonFiniteError` stops the run. A step from a finite gradient that leaves a weight
+        NaN or infinite (RMSProp with eps 0 divides by a zero average) stops the run at once with
+        :class:`NonFiniteError`, before the caller can hand the weights to the actors; the last
+        checkpoint, written before, stays the run's.
         """
         redraw_random_features(self.model)
         loss, terms = loss_fn()
@@ -199,6 +211,11 @@ class Trainer:
             self.optimizer.step()
             self.scheduler.step()
             self.nonfinite_in_a_row = 0
+            largest = nn.utils.get_total_norm(list(self.model.parameters()), math.inf)  # NaN if any weight is
+            if not math.isfinite(largest.item()):
+                raise NonFiniteError(f"an update made the weights NaN or inf (from a finite loss {metrics['loss']:.4g} "
+                                     f"and gradient norm {metrics['grad_norm']:.4g}); stopped before they reached the "
+                                     f"actors; {self._last_good()}")
             return {**metrics, "nonfinite": 0}
         self.optimizer.zero_grad(set_to_none=True)
         self.nonfinite_in_a_row += 1
@@ -211,7 +228,7 @@ class Trainer:
     def _last_good(self) -> str:
         """Where the run can resume from, and what to change, for a divergence message."""
         where = (f"the last checkpoint ({self.run_dir}, step {self.saved_step:,}) is finite and resumes"
-                 if self.saved_step is not None else "no checkpoint was written")
+                 if self.saved_step is not None else "no checkpoint was written yet, so there is nothing to resume")
         return f"{where}. Start a new run with a lower optim.lr, a larger optim.eps or a gradient clip"
 
     def save(self, counters: dict[str, int], milestone: bool = False, **extra: Any) -> None:

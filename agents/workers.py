@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import torch.multiprocessing as mp
 
-from agents.errors import ActorError
+from agents.errors import ActorError, UserError
 
 
 def _readable(fd: int, timeout: float) -> bool:
@@ -100,12 +100,16 @@ def _worker_main(body: Callable[..., None], label: str, args: tuple[Any, ...], e
 
     SIGINT and SIGTERM are ignored: Ctrl-C, or a scheduler's SIGTERM to the whole process group,
     reaches the learner too, which checkpoints and stops the workers itself. If the body fails,
-    its traceback is printed and sent on ``errors`` to the learner.
+    its traceback is printed and sent on ``errors`` to the learner; a :class:`UserError` (e.g.
+    non-finite logits) is sent as its one line, with nothing printed.
     """
     for stop_signal in (signal.SIGINT, signal.SIGTERM):
         signal.signal(stop_signal, signal.SIG_IGN)
     try:
         body(*args, stop)
+    except UserError as e:
+        errors.send(UserError(str(e)))
+        raise SystemExit(1) from None
     except Exception:
         details = traceback.format_exc()
         print(f"{label} crashed:\n{details}", file=sys.stderr, flush=True)
@@ -139,6 +143,8 @@ class WorkerProcesses:
             exitcode = p.exitcode  # first: a worker that crashed has sent its error before it exited
             if errors.poll():  # read as it comes: a long traceback must not block the worker's send
                 details = errors.recv()
+                if isinstance(details, UserError):
+                    raise ActorError(f"{self.label} {i} stopped: {details}")
                 error = details.rstrip().splitlines()[-1]
                 raise ActorError(f"{self.label} {i} crashed: {error} (its traceback is above); fix the cause and "
                                  f"run the same command again to resume from the last checkpoint", details)

@@ -218,10 +218,10 @@ def test_end_to_end_train_resume_evaluate(core, tmp_path):
     _run(common + ["--total_steps", "100"])
     assert sorted(f for f in os.listdir(run_dir) if f.endswith(".pt")) == ["checkpoint-60.pt", "checkpoint.prev1.pt",
                                                                            "checkpoint.pt"]
-    assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=False)["counters"]["step"] == 100
+    assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)["counters"]["step"] == 100
     out = _run(common + ["--total_steps", "120"])
     assert "resuming from" in out and "at step 100" in out
-    assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=False)["counters"]["step"] == 120
+    assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)["counters"]["step"] == 120
 
     out_dir = str(tmp_path / "eval")
     _run(["launch/evaluate.py", run_dir, "--runs", "2", "--episodes", "2", "--max_episode_frames", "120",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import math
 import os
 import subprocess
@@ -227,7 +228,7 @@ def test_resume_falls_back_to_the_newest_good_checkpoint(tmp_path):
     assert len(warnings) == 1 and warnings[0].startswith(f"checkpoint {tmp_path / 'checkpoint.pt'} is truncated")
     assert warnings[0].endswith("; skipping it")
 
-    nan_state = torch.load(tmp_path / "checkpoint.prev1.pt", weights_only=False)
+    nan_state = torch.load(tmp_path / "checkpoint.prev1.pt", weights_only=True)
     nan_state["model"]["weight"][0, 0] = math.nan  # as written by a version that saved diverged states
     torch.save(nan_state, tmp_path / "checkpoint.prev1.pt")
     warnings.clear()
@@ -251,3 +252,165 @@ def test_resume_does_not_fall_back_past_a_checkpoint_of_other_settings(tmp_path)
                     counters={"step": 1}, config=to_dict(load(["--seed", "0"])))
     with pytest.raises(ConfigMismatchError, match="run.seed 0 -> 1"):
         load_latest_good(str(tmp_path), config=load(["--seed", "1"]), may_change=RESUMABLE)
+
+
+# ---------------------------------------------------------------- a checkpoint is data (issue 24)
+
+class _RunsCommand:
+    """Unpickling this runs a shell command (a crafted checkpoint's payload)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def _evil_zip(path, marker):
+    torch.save({"model": _RunsCommand(marker), "counters": {"step": 1}}, path)
+
+
+def _evil_pickle(path, marker, *, protocol):
+    import pickle
+
+    with open(path, "wb") as f:
+        pickle.dump(_RunsCommand(marker), f, protocol=protocol)
+
+
+def _random_bytes(path, marker, *, seed):
+    import random
+
+    with open(path, "wb") as f:
+        f.write(random.Random(seed).randbytes(4096))
+
+
+def _truncated(path, marker, *, length):
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data[:length])
+
+
+def _missing_member(path, marker):
+    """The zip of a real checkpoint less one tensor's storage (data/0)."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as src:
+        members = {info.filename: src.read(info) for info in src.infolist()}
+    with zipfile.ZipFile(path, "w") as dst:
+        for name, data in members.items():
+            if not name.endswith("/data/0"):
+                dst.writestr(name, data)
+
+
+# Each case damages checkpoint.pt, given its path and a marker file that code in it would create.
+BAD_CHECKPOINTS = {
+    "code_running_zip": _evil_zip,
+    **{f"code_running_pickle_protocol_{k}": functools.partial(_evil_pickle, protocol=k) for k in (0, 2, 4)},
+    **{f"random_bytes_seed_{s}": functools.partial(_random_bytes, seed=s) for s in (*range(8), 43)},
+    **{f"truncated_to_{n}": functools.partial(_truncated, length=n) for n in (0, 1, 10, 100, 1000, 2000, -1)},
+    "missing_zip_member": _missing_member,
+}
+
+
+@pytest.mark.parametrize("make", BAD_CHECKPOINTS.values(), ids=BAD_CHECKPOINTS.keys())
+def test_a_crafted_or_corrupt_checkpoint_is_refused_in_one_line_and_runs_nothing(make, tmp_path):
+    from agents.errors import CheckpointError
+
+    for step in (1, 2):
+        _save(tmp_path, step)
+    marker = tmp_path / "code_ran"
+    make(str(tmp_path / "checkpoint.pt"), marker)
+    with pytest.raises(CheckpointError) as error:
+        load_checkpoint(str(tmp_path / "checkpoint.pt"))
+    message = str(error.value)
+    assert message.startswith(f"checkpoint {tmp_path / 'checkpoint.pt'} ") and "\n" not in message, message
+    assert error.value.exit_code == 1
+    warnings = []  # a resume falls back to the checkpoint before it
+    path, payload = load_latest_good(str(tmp_path), warn=warnings.append)
+    assert path == str(tmp_path / "checkpoint.prev1.pt") and payload["counters"]["step"] == 1
+    assert len(warnings) == 1 and warnings[0].endswith("; skipping it")
+    assert not marker.exists()
+
+
+def test_a_code_running_checkpoint_names_what_it_would_call_and_how_to_convert(tmp_path):
+    from agents.errors import UnsafeCheckpointError
+
+    path = tmp_path / "checkpoint.pt"
+    _evil_zip(path, tmp_path / "code_ran")
+    with pytest.raises(UnsafeCheckpointError) as error:
+        load_checkpoint(str(path))
+    assert "names posix.system" in str(error.value) and "nothing in it ran" in str(error.value)
+    assert f"python launch/convert_checkpoint.py {path}" in str(error.value)
+    assert not (tmp_path / "code_ran").exists()
+
+
+def test_a_directory_named_checkpoint_stops_the_resume(tmp_path):
+    """Not skipped: the run could never write its next checkpoint there."""
+    for step in (1, 2):
+        _save(tmp_path, step)
+    os.remove(tmp_path / "checkpoint.pt")
+    os.mkdir(tmp_path / "checkpoint.pt")
+    with pytest.raises(CorruptCheckpointError, match="checkpoint.pt is a directory, not a file; move it away"):
+        load_latest_good(str(tmp_path))
+
+
+def test_checkpoints_are_plain_data_that_load_without_any_allowlist(tmp_path):
+    """jsonargparse's restricted numbers (the config's types) become plain numbers when saved."""
+    from jsonargparse.typing import NonNegativeFloat, PositiveInt
+
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.RMSprop(model.parameters(), lr=NonNegativeFloat(0.5), eps=NonNegativeFloat(0.01))
+    save_checkpoint(str(tmp_path), model=model, optimizer=opt, scheduler=None,
+                    counters={"step": PositiveInt(3)}, config={"optim": {"lr": NonNegativeFloat(0.5)}})
+    payload = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert type(payload["optimizer"]["param_groups"][0]["lr"]) is float and payload["counters"]["step"] == 3
+    with pytest.raises(TypeError, match="holds only tensors"):
+        save_checkpoint(str(tmp_path), model=model, optimizer=None, scheduler=None, counters={"step": 4}, config={},
+                        note=object())
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["counters"]["step"] == 3
+
+
+def test_an_older_checkpoint_with_jsonargparse_numbers_still_loads(tmp_path):
+    """As versions before issue 24 wrote them: the optimiser's settings as restricted numbers."""
+    from jsonargparse.typing import NonNegativeFloat
+
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.RMSprop(model.parameters(), lr=NonNegativeFloat(0.5), eps=NonNegativeFloat(0.01))
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "counters": {"step": 3}},
+               tmp_path / "old.pt")
+    with pytest.raises(Exception, match="NonNegativeFloat"):
+        torch.load(tmp_path / "old.pt", weights_only=True)  # the allowlist is what reads it
+    payload = load_checkpoint(str(tmp_path / "old.pt"), optimizer=torch.optim.RMSprop(model.parameters()))
+    assert payload["optimizer"]["param_groups"][0]["lr"] == 0.5
+    assert type(payload["optimizer"]["param_groups"][0]["lr"]) is float
+
+
+def test_convert_checkpoint_makes_an_older_file_plain_data(tmp_path, capsys):
+    """An older file with numpy values and a config dataclass is refused, converted knowingly, then loads."""
+    import numpy as np
+
+    from agents.errors import UnsafeCheckpointError
+    from agents.training import OptimConfig
+    from launch import convert_checkpoint
+
+    model = torch.nn.Linear(3, 2)
+    path = tmp_path / "old.pt"
+    torch.save({"model": model.state_dict(), "counters": {"step": np.int64(7)},
+                "recent_returns": np.array([1.5, 2.5]), "config": OptimConfig(lr=1e-3)}, path)
+    with pytest.raises(UnsafeCheckpointError, match="names agents.training.OptimConfig, numpy"):
+        load_checkpoint(str(path))
+    convert_checkpoint.main([str(path), "--output", str(tmp_path / "new.pt")])
+    assert "loads as data only" in capsys.readouterr().out
+    payload = torch.load(tmp_path / "new.pt", weights_only=True)
+    assert payload["counters"]["step"] == 7 and type(payload["counters"]["step"]) is int
+    assert payload["config"]["lr"] == 1e-3 and payload["config"]["name"] == "rmsprop"
+    assert torch.equal(payload["recent_returns"], torch.tensor([1.5, 2.5], dtype=torch.float64))
+    assert torch.equal(payload["model"]["weight"], model.weight)
+
+
+@pytest.mark.parametrize("what,noun", [("a file", "file"), ("the log", "log"), ("the checkpoint", "checkpoint")])
+def test_a_failed_write_names_what_is_intact_in_plain_words(tmp_path, what, noun):
+    (tmp_path / "f").write_text("kept")
+    error = checkpoint.write_failure(OSError(errno.ENOSPC, "No space left on device"), what, str(tmp_path / "f"))
+    assert f"(the previous {noun} is intact)" in str(error)

@@ -31,6 +31,14 @@ def test_precedence_defaults_presets_config_file_flags(tmp_path):
     assert chosen_in_file.core.name == "mnm_p" and chosen_in_file.core.memory_size == 32  # its preset applies
 
 
+def test_a_repeated_selector_flag_takes_the_last(tmp_path):
+    """docs/config.md: a later flag wins, the core's name included (its options then follow it)."""
+    cfg = maze.load(["--core", "lstm", "--core.hidden_size", "24", "--core", "delta", "--core.num_heads", "2"])
+    assert cfg.core.name == "delta" and cfg.core.hidden_size == 24 and cfg.core.num_heads == 2
+    assert maze.load(["--core", "delta", "--core.name=lstm"]).core.name == "lstm"
+    assert supervised.load(["--task", "dict", "--task", "retrieval2", "--core", "ff"]).task.name == "retrieval2"
+
+
 def test_short_flags(tmp_path):
     cfg = maze.load(["--core", "delta", "--total_steps", "1000", "--num_actors", "3", "--run_dir", "x",
                      "--device=cpu", "--seed", "4"])
@@ -120,6 +128,9 @@ def _bad_inputs(tmp):
         (maze, ["--actor.unroll_length", "0"], "--actor.unroll_length: must be > 0"),
         (maze, ["--loss.discount", "1.5"], "--loss.discount: must be in [0, 1], got 1.5"),
         (maze, ["--optim.grad_clip", "-1"], "--optim.grad_clip: must be >= 0"),
+        (maze, ["--optim.momentum", "2"], "--optim.momentum: must be in [0, 1), got 2"),
+        (maze, ["--optim.momentum", "1"], "--optim.momentum: must be in [0, 1), got 1"),
+        (maze, ["--optim.name", "adam", "--optim.beta2", "1"], "--optim.beta2: must be in [0, 1), got 1"),
         (maze, ["--optim.name", "sgd"], "--optim.name: expected one of 'rmsprop', 'adam'; got 'sgd'"),
         (maze, ["--actor.start_method", "thread"], "--actor.start_method"),
         (maze, ["--network.prev_action", "maybe"], "--network.prev_action: expected true or false"),

@@ -166,6 +166,28 @@ def test_early_stopping_and_resume(tmp_path):
     assert stopped["stop_reason"] == "patience" and stopped["steps"] == 4
 
 
+def test_running_a_finished_run_again_does_nothing(tmp_path, capsys):
+    """The same command again appends nothing to logs.csv and says the run is done; a raised step
+    budget trains on; a run stopped early (target_loss) stays done."""
+    task = make_task("retrieval2", num_keys=4)
+    cfg = tiny_config("retrieval2", "delta", tmp_path, max_steps=4, eval_every=2, checkpoint_every=2)
+    first = train(cfg, task=task)
+    logs = (tmp_path / "logs.csv").read_bytes()
+    results = (tmp_path / "results.json").read_bytes()
+    capsys.readouterr()
+    again = train(cfg, task=task)
+    assert "is already done (max_steps at step 4" in capsys.readouterr().out
+    assert (tmp_path / "logs.csv").read_bytes() == logs and (tmp_path / "results.json").read_bytes() == results
+    assert again["test"] == first["test"]
+    longer = train(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, max_steps=6)), task=task, quiet=True)
+    assert longer["steps"] == 6 and (tmp_path / "logs.csv").read_bytes().startswith(logs)
+    early = dataclasses.replace(cfg, run=RunConfig(run_dir=str(tmp_path / "p")),
+                                train=dataclasses.replace(cfg.train, max_steps=100, target_loss=1e9))
+    assert train(early, task=task, quiet=True)["stop_reason"] == "target_loss"
+    logs = (tmp_path / "p" / "logs.csv").read_bytes()
+    assert train(early, task=task, quiet=True)["steps"] == 2 and (tmp_path / "p" / "logs.csv").read_bytes() == logs
+
+
 def test_select_metric_accuracy(tmp_path):
     task = tiny_task("listops10", tmp_path)
     cfg = tiny_config("listops10", "lstm", tmp_path, max_steps=4, eval_every=2, select_metric="seq_acc")

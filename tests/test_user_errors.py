@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -163,8 +165,6 @@ def test_supervised_kill_9_then_resume_keeps_the_log_history_byte_identical(tmp_
     """kill -9 a supervised run between checkpoints; the same command resumes, and logs.csv up to
     the checkpoint's step is byte for byte what the killed run wrote."""
     import signal
-    import sys
-    import time
 
     run_dir = str(tmp_path / "run")
     argv = [sys.executable, "launch/supervised.py", "--task", "retrieval2", "--task.num_keys", "4",
@@ -191,3 +191,108 @@ def test_supervised_kill_9_then_resume_keeps_the_log_history_byte_identical(tmp_
     rows = resumed.split(b"\n")[1:]  # the header may have grown by the test metrics at the end
     assert rows[:len(kept)] == kept, (killed[:300], resumed[:300])
     assert len(rows) > len(kept) + 2  # and it went on logging
+
+
+# ---------------------------------------------------------------- issue 24: a checkpoint is data
+
+class _RunsCommand:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_code_running_checkpoint_never_runs_in_a_resume_or_an_evaluation(finished_run, tmp_path, capsys):
+    run_dir = str(tmp_path / "run")
+    shutil.copytree(finished_run, run_dir)
+    marker = tmp_path / "code_ran"
+    for path in checkpoints(run_dir):
+        torch.save({"model": _RunsCommand(marker), "counters": {"step": 0}}, path)
+    before = snapshot(run_dir)
+    line = one_line_failure(maze.main, [*TINY, "--total_steps", "120", "--run_dir", run_dir], capsys)
+    assert line.startswith("error: no usable checkpoint in") and "names posix.system" in line
+    assert snapshot(run_dir) == before
+    path = os.path.join(run_dir, "checkpoint.pt")
+    line = one_line_failure(evaluate.main, [path, "--out", str(tmp_path / "eval")], capsys)
+    assert line.startswith(f"error: checkpoint {path} is not plain data") and "convert_checkpoint.py" in line
+    assert not marker.exists()
+
+
+def test_a_directory_named_checkpoint_is_one_line_before_training(finished_run, tmp_path, capsys):
+    run_dir = str(tmp_path / "run")
+    shutil.copytree(finished_run, run_dir)
+    os.remove(os.path.join(run_dir, "checkpoint.pt"))
+    os.mkdir(os.path.join(run_dir, "checkpoint.pt"))
+    line = one_line_failure(maze.main, [*TINY, "--total_steps", "120", "--run_dir", run_dir], capsys)
+    assert line == f"error: checkpoint {run_dir}/checkpoint.pt is a directory, not a file; move it away"
+
+
+def _run(argv, timeout=120):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run([sys.executable, *argv], cwd=root, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("inference", ["actor", "server"])
+def test_weights_made_nan_never_reach_the_actors_and_no_process_prints_a_traceback(inference, tmp_path):
+    """RMSProp with eps 0 and lr 1: the first update makes the weights NaN; the run stops before
+    publishing them, with one line, and neither the learner nor any actor or inference thread
+    prints a traceback (the whole output of the process group is read)."""
+    run_dir = str(tmp_path / "run")
+    done = _run(["launch/maze.py", *TINY, "--total_steps", "100000", "--optim.eps", "0", "--optim.lr", "1",
+                 "--actor.inference", inference, "--num_actors", "2", "--run_dir", run_dir])
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert lines[0].startswith("error: an update made the weights NaN or inf") and "before they reached the actors" \
+        in lines[0] and "no checkpoint was written yet" in lines[0] and "optim.eps" in lines[0]
+    assert checkpoints(run_dir) == []
+
+
+@pytest.mark.parametrize("inference", ["actor", "server"])
+def test_actors_that_see_non_finite_logits_stop_with_one_line(inference, capfd):
+    """A policy whose logits are NaN (weights that diverged, or a memory that overflowed): the
+    acting side stops the run with one line; no process prints a traceback."""
+    from agents.errors import ActorError
+    from agents.learner import build_model, make_transport
+
+    cfg = maze.load([*TINY, "--actor.inference", inference])
+    model = build_model(cfg, _maze_shape(), 4)
+    with torch.no_grad():
+        model.policy.bias[0] = float("nan")
+    transport = make_transport(cfg, model, torch.device("cpu"), _maze_shape(), torch.float32, [0], seed=0)
+    with pytest.raises(ActorError) as error:
+        with transport:
+            for _ in range(20):
+                transport.get_batch()
+    where = "actor 0 stopped" if inference == "actor" else "the inference loop stopped"
+    assert str(error.value).startswith(f"{where}: the policy's logits are NaN or inf")
+    captured = capfd.readouterr()
+    assert "Traceback" not in captured.out + captured.err, captured.err
+
+
+def _maze_shape():
+    import envs
+
+    probe = envs.make("maze", num_envs=1, seed=0)
+    shape = tuple(probe.observation_shape)
+    probe.close()
+    return shape
+
+
+def test_an_unreachable_ray_cluster_is_one_line_within_60_s_and_writes_nothing(finished_run, tmp_path):
+    pytest.importorskip("ray")
+    run_dir = str(tmp_path / "run")
+    shutil.copytree(finished_run, run_dir)
+    before = snapshot(run_dir)
+    ray_processes = subprocess.run(["pgrep", "-f", "raylet|gcs_server"], capture_output=True, text=True).stdout
+    start = time.monotonic()
+    done = _run(["launch/maze.py", *TINY, "--actor.backend", "ray", "--ray.address", "127.0.0.1:1",
+                 "--run_dir", run_dir], timeout=90)
+    assert time.monotonic() - start < 60
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        "error: cannot reach a Ray cluster at 127.0.0.1:1: connection refused; start one there with "
+        "`ray start --head`, or use --ray.address local or auto"], done.stderr
+    assert snapshot(run_dir) == before
+    assert subprocess.run(["pgrep", "-f", "raylet|gcs_server"], capture_output=True, text=True).stdout == \
+        ray_processes
