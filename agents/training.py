@@ -211,8 +211,8 @@ class Trainer:
             self.optimizer.step()
             self.scheduler.step()
             self.nonfinite_in_a_row = 0
-            largest = nn.utils.get_total_norm(list(self.model.parameters()), math.inf)  # NaN if any weight is
-            if not math.isfinite(largest.item()):
+            weight_norm = nn.utils.get_total_norm(list(self.model.parameters()))  # one fused pass, ~50 µs
+            if not math.isfinite(weight_norm.item()):
                 raise NonFiniteError(f"an update made the weights NaN or inf (from a finite loss {metrics['loss']:.4g} "
                                      f"and gradient norm {metrics['grad_norm']:.4g}); stopped before they reached the "
                                      f"actors; {self._last_good()}")
