@@ -10,6 +10,7 @@ Delta Net on Zaxxon at 200M is printed "1,0523" (read as 10,523).
 """
 from __future__ import annotations
 
+import math
 import re
 
 # Row labels of the tables -> game names; column order -> core names.
@@ -23,6 +24,31 @@ TABLE_ROWS: dict[str, str] = {
 TABLE_COLUMNS: dict[str, str] = {"ff": "Feedforward", "lstm": "LSTM", "linear": "LT", "delta": "Delta Net",
                                  "rec_delta": "RDN", "delta_rnn": "Delta RNN"}
 TABLE_OF_STEP: dict[int, str] = {50_000_000: "Table 9", 200_000_000: "Table 10"}
+# A run's checkpoint counts as a table's budget within this fraction past it (a checkpoint is
+# written at the first update past a milestone).
+STEP_TOLERANCE = 0.01
+
+
+def paper_step(step: int) -> int | None:
+    """50M or 200M if ``step`` is within STEP_TOLERANCE of it, else None."""
+    for s in TABLE_OF_STEP:
+        if abs(step - s) <= STEP_TOLERANCE * s:
+            return s
+    return None
+
+
+def format_score(value: float, like: float | None = None) -> str:
+    """A score as the tables print it: thousands separated, no decimals from 100 up (as the
+    papers do), one from 10, else two; the decimals follow ``like`` (a std printed as its mean)."""
+    if not math.isfinite(value):
+        return "nan"
+    ref = abs(value if like is None else like)
+    return f"{value:,.{0 if ref >= 100 else 1 if ref >= 10 else 2}f}"
+
+
+def format_mean_std(mean: float, std: float) -> str:
+    """"mean ± std", both with the mean's decimals (:func:`format_score`)."""
+    return f"{format_score(mean)} ± {format_score(std, mean)}"
 
 PAPER_SCORES: dict[int, dict[str, dict[str, tuple[float, float]]]] = {
     50_000_000: {

@@ -1,7 +1,7 @@
 """Typed configuration: YAML defaults, ``--config FILE``, command-line flags; parsed by jsonargparse.
 
-Each entry point has one tree of dataclasses (``agents.learner.TrainConfig``,
-``agents.supervised.Config``); each field carries a one-line docstring, which ``--help`` shows
+Each entry point has one tree of dataclasses (``agents.learning.learner.TrainConfig``,
+``agents.learning.supervised.Config``); each field carries a one-line docstring, which ``--help`` shows
 with its type, default and choices. Values are resolved, lowest precedence first, from
 
 1. the dataclass defaults;
@@ -35,8 +35,8 @@ from typing import Any, Callable, Literal, Optional, TypeVar
 import yaml
 from jsonargparse import ArgumentParser, set_parsing_settings
 
-from agents.checkpoint import atomic_write_text
 from agents.errors import ConfigError
+from agents.files import atomic_write_text
 
 C = TypeVar("C")
 

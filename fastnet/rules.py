@@ -113,7 +113,7 @@ def delta_rule_writes(k: Tensor, v: Tensor, beta: Tensor, g: Optional[Tensor] = 
     u_i + β_i Σ_{j<i} exp(G_i - G_j) (k_i·k_j) u_j = β_i v_i: the WY form / UT transform of the chunked
     kernels (``fastnet.kernels.fast_weight.chunk``), here over the whole sequence as one chunk. A few
     batched products and one triangular solve replace N autograd steps, so models that write a memory
-    and then read it once (the retrieval memories of ``agents.supervised``) train in seconds, not hours.
+    and then read it once (the retrieval memories of ``agents.learning.supervised``) train in seconds, not hours.
     DeltaProduct's n_h writes per step are n_h consecutive writes here, the decay on the first.
 
     Args:

@@ -160,10 +160,10 @@ def bench_atari(args: argparse.Namespace) -> None:
 
     * raw: ale-py's ``AtariVectorEnv`` with the same preprocessing, stepping random actions;
     * env: ``envs.make("atari")`` (the wrapper the actors use), random actions;
-    * actor <core>: what one actor process of agents/actor.py does per step: the agent's forward
+    * actor <core>: what one actor process of agents/acting/actor.py does per step: the agent's forward
       on the CPU (1 torch thread, as the actors run) for all N envs, a sampled action, the env
       step, and the copy into a T+1 rollout buffer;
-    * pool <core> (AxN/A): the real ``agents.actor.ActorPool`` with A processes (``--pool``,
+    * pool <core> (AxN/A): the real ``agents.acting.actor.ActorPool`` with A processes (``--pool``,
       default: one per core) of N/A envs each, unrolls of ``--unroll`` steps handed to a
       consumer that only frees them: the training system's actor side without the learner.
 
@@ -179,7 +179,7 @@ def bench_atari(args: argparse.Namespace) -> None:
     from envs.atari import rom_id
 
     n, threads = args.num_envs, args.threads or len(os.sched_getaffinity(0))
-    torch.set_num_threads(1)  # as in agents/actor.py; more threads fight the env's threads for the cores
+    torch.set_num_threads(1)  # as in agents/acting/actor.py; more threads fight the env's threads for the cores
     args.pool = args.pool if args.pool is not None else threads
     if args.pool and n % args.pool:
         raise SystemExit(f"--num-envs ({n}) must be a multiple of --pool ({args.pool})")
@@ -255,27 +255,16 @@ def bench_atari(args: argparse.Namespace) -> None:
 
 
 def _pool_rate(args: argparse.Namespace, model: torch.nn.Module, n: int) -> float:
-    """Env-steps/s of ``ActorPool`` (``args.pool`` processes, n envs in all) with a no-op learner,
-    timed over ``seconds * reps`` from the moment the pool is warm and its queue drained to the
-    arrival of the last batch."""
-    from agents.actor import ActorPool
+    """Env-steps/s of ``ActorPool`` (``args.pool`` processes, n envs in all) with a no-op learner
+    (:func:`_transport_rate` over ``seconds * reps``)."""
+    from agents.acting.actor import ActorPool
 
     per_actor = n // args.pool
     model.share_memory()
     seeds = list(range(args.pool))
     pool = ActorPool(model, "atari", {"game": args.game, "num_threads": 1}, args.pool, per_actor, args.pool_unroll, 1,
                      (4, 84, 84), torch.uint8, seeds)
-    with pool:
-        for _ in range(args.pool):  # every actor has started and filled one unroll
-            pool.get_batch()
-        while not pool.full_queue.empty():  # drain what was made while we waited
-            pool.get_batch()
-        batches, start = 0, time.perf_counter()
-        while time.perf_counter() - start < args.seconds * args.reps:
-            pool.get_batch()
-            batches += 1
-            last = time.perf_counter()
-    return batches * args.pool_unroll * per_actor / (last - start)
+    return _transport_rate(pool, args.pool_unroll * per_actor, args.seconds * args.reps)
 
 
 class UniformPolicy(torch.nn.Module):
@@ -348,8 +337,8 @@ def bench_inference(args: argparse.Namespace) -> None:
     """Env-steps/s of the acting side (no learner), and its fraction of the raw envs, side by side:
 
     * raw: ``--num-actors`` processes stepping their envs with random actions (no policy, no transport);
-    * actor mode: :class:`agents.actor.ActorPool`, each process running a CPU copy of the policy;
-    * server mode: :class:`agents.inference.InferenceServer`, the policy batched on ``--device``;
+    * actor mode: :class:`agents.acting.actor.ActorPool`, each process running a CPU copy of the policy;
+    * server mode: :class:`agents.acting.inference.InferenceServer`, the policy batched on ``--device``;
     * server, zero-cost policy: the same with uniform random actions and no network, which
       isolates what the transport itself costs.
 
@@ -358,8 +347,9 @@ def bench_inference(args: argparse.Namespace) -> None:
     """
     import envs
     from agents.config import options
-    from agents.learner import build_model, make_transport
-    from agents.training import resolve_device
+    from agents.learning.learner import make_transport
+    from agents.learning.training import resolve_device
+    from agents.run_config import build_model
     from launch import atari, maze
 
     flags = ["--core", args.core, "--num_actors", str(args.num_actors), "--actor.envs_per_actor",
@@ -406,7 +396,7 @@ def bench_backends(args: argparse.Namespace) -> None:
     spreads the hosts over K raylets as a real cluster would."""
     import ray
 
-    from agents.learner import train
+    from agents.learning.learner import train
     from launch import atari, maze
 
     cluster = None
@@ -485,7 +475,7 @@ def main(argv: list[str] | None = None) -> None:
     atari.add_argument("--pool-unroll", type=int, default=10,
                        help="unroll length in the pool (short: batches arrive often enough to time)")
     atari.add_argument("--pool", type=int, default=None, metavar="A",
-                       help="also time agents.actor.ActorPool with A actor processes (default: one per core; 0: skip)")
+                       help="also time the actor pool with A processes (default: one per core; 0: skip)")
     atari.set_defaults(run=bench_atari)
     inference = sub.add_parser("inference", help="acting-side steps/s: raw envs, actor mode, server mode, zero-cost")
     _add_run_choice(inference)

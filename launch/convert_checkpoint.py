@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.checkpoint import atomic_save, plain_data, read_checkpoint
 from agents.config import exit_on_error
 from agents.errors import CheckpointError, UserError
+from agents.files import atomic_save
+from agents.learning.checkpoint import plain_data, read_checkpoint
 
 
 def to_plain(value: Any) -> Any:

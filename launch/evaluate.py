@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import glob
 import json
-import math
 import multiprocessing as mp
 import os
 import re
@@ -36,12 +35,10 @@ from typing import Any, Callable
 import numpy as np
 from jsonargparse.typing import PositiveInt
 
-from agents.atari_tables import PAPER_SCORES, TABLE_COLUMNS, TABLE_OF_STEP
+from agents.atari_tables import PAPER_SCORES, STEP_TOLERANCE, TABLE_COLUMNS, TABLE_OF_STEP, format_mean_std, paper_step
 from agents.errors import ConfigError, UserError
 
 _MILESTONE = re.compile(r"checkpoint-(\d+)\.pt$")
-# How close (relative) a checkpoint's step must be to 50M / 200M to sit beside Table 9 / 10.
-STEP_TOLERANCE = 0.01
 
 
 # ---------------------------------------------------------------- the protocol, for any policy
@@ -149,12 +146,12 @@ def expand_targets(targets: list[str], steps: list[int] | None = None) -> list[s
 
 
 def load_agent(path: str) -> tuple[Any, Any, dict[str, Any]]:
-    """(model on the CPU, TrainConfig, counters) of a checkpoint written by agents.learner."""
+    """(model on the CPU, TrainConfig, counters) of a checkpoint written by agents.learning.learner."""
 
     import envs
-    from agents.checkpoint import read_checkpoint
     from agents.config import options
-    from agents.learner import build_model, config_from_dict
+    from agents.learning.checkpoint import read_checkpoint
+    from agents.run_config import build_model, config_from_dict
 
     payload = read_checkpoint(path)
     cfg = config_from_dict(payload["config"], path)
@@ -166,7 +163,7 @@ def load_agent(path: str) -> tuple[Any, Any, dict[str, Any]]:
 
 
 def describe(path: str) -> dict[str, Any]:
-    from agents.checkpoint import read_checkpoint
+    from agents.learning.checkpoint import read_checkpoint
 
     payload = read_checkpoint(path)
     env, core = payload["config"]["env"], payload["config"]["core"]
@@ -244,21 +241,6 @@ def _report(job: dict[str, Any], k: int, total: int, progress: bool) -> None:
 # ---------------------------------------------------------------- tables
 
 
-def fmt(x: float) -> str:
-    """A score as the tables print it: thousands separated, one decimal below 100."""
-    if not math.isfinite(x):
-        return "nan"
-    return f"{x:,.1f}" if abs(x) < 100 else f"{x:,.0f}"
-
-
-def paper_step(step: int) -> int | None:
-    """50M or 200M if ``step`` is within STEP_TOLERANCE of it, else None."""
-    for s in TABLE_OF_STEP:
-        if abs(step - s) <= STEP_TOLERANCE * s:
-            return s
-    return None
-
-
 def markdown(results: list[dict[str, Any]]) -> str:
     """One table per step, rows games (the tables' order first), columns cores (the tables' order first)."""
     from envs.atari import PAPER_GAMES
@@ -287,10 +269,10 @@ def markdown(results: list[dict[str, Any]]) -> str:
             cells = []
             for core in cores:
                 mine = [r for r in group if r["game"] == game and r["core"] == core]
-                text = "; ".join(f"{fmt(r['mean'])} ± {fmt(r['std'])}" for r in mine) or "—"
+                text = "; ".join(format_mean_std(r["mean"], r["std"]) for r in mine) or "—"
                 if core in paper.get(game, {}):
                     m, s = paper[game][core]
-                    text += f" ({fmt(m)} ± {fmt(s)})"
+                    text += f" ({format_mean_std(m, s)})"
                 cells.append(text)
             lines.append(f"| {game} | " + " | ".join(cells) + " |")
         lines.append("")
@@ -298,7 +280,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
 
 
 def write_outputs(results: list[dict[str, Any]], out_dir: str) -> tuple[str, str]:
-    from agents.checkpoint import atomic_write_text
+    from agents.files import atomic_write_text
 
     os.makedirs(out_dir, exist_ok=True)
     json_path, md_path = os.path.join(out_dir, "evaluation.json"), os.path.join(out_dir, "evaluation.md")

@@ -14,7 +14,8 @@ import sys
 from typing import Any
 
 from agents.config import Selector, exit_on_error, parse
-from agents.learner import TrainConfig, rl_schema, train
+from agents.learning.learner import train
+from agents.run_config import TrainConfig, rl_schema
 from fastnet import CORES
 
 DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "maze.yaml")

@@ -22,11 +22,12 @@ import os
 import sys
 from typing import Any, Literal
 
-from agents.checkpoint import atomic_write_text
 from agents.config import Selector, env_section, exit_on_error, parse
-from agents.learner import TrainConfig, rl_schema, train
-from agents.logger import CSV_NAME, read_csv
+from agents.files import atomic_write_text
+from agents.learning.learner import train
+from agents.learning.logger import CSV_NAME, read_csv
 from agents.network import ResNetNetworkConfig
+from agents.run_config import TrainConfig, rl_schema
 from envs.suites import SUITES, SuiteEnv, mmer
 from fastnet import CORES
 

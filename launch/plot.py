@@ -17,7 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from agents.logger import CSV_NAME, read_csv
+from agents.learning.logger import CSV_NAME, read_csv
 
 
 def plot(runs: list[str], metrics: list[str], output: str, title: str | None = None) -> None:

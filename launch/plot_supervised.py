@@ -25,7 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import yaml
 
-from agents.logger import read_csv
+from agents.learning.logger import read_csv
 
 
 def _pairs(specs: list[str]) -> list[tuple[str, str]]:

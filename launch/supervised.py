@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from agents.config import Selector, exit_on_error, parse
-from agents.supervised import Config, supervised_schema, train
+from agents.learning.supervised import Config, supervised_schema, train
 from envs.tasks import TASKS
 from fastnet import CORES
 

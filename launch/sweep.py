@@ -36,12 +36,21 @@ from typing import Any, Callable, Literal, Optional
 
 from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
-from agents.atari_tables import PAPER_SCORES, TABLE_COLUMNS, TABLE_OF_STEP, TABLE_ROWS
-from agents.checkpoint import atomic_write_text
+from agents.atari_tables import (
+    PAPER_SCORES,
+    TABLE_COLUMNS,
+    TABLE_OF_STEP,
+    TABLE_ROWS,
+    format_mean_std,
+    format_score,
+    paper_step,
+)
 from agents.config import check, exit_on_error, load_yaml, parse, save_yaml, to_dict
 from agents.errors import ConfigError, RunFailure, UsageError, UserError
-from agents.learner import TrainConfig, train
-from agents.logger import CSV_NAME, read_csv
+from agents.files import atomic_write_text
+from agents.learning.learner import train
+from agents.learning.logger import CSV_NAME, read_csv
+from agents.run_config import TrainConfig
 from fastnet import CORES
 
 DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "sweep.yaml")
@@ -248,7 +257,7 @@ def run(argv: list[str]) -> list[dict[str, Any]]:
         from ray import tune
     except ImportError:
         raise UsageError("launch/sweep.py needs Ray: pip install -e '.[ray]'") from None
-    from agents.ray_backend import init_ray
+    from agents.acting.ray_backend import init_ray
 
     check_same_sweep(cfg, sweep_dir)
     started = init_ray(cfg.ray_address)
@@ -342,16 +351,6 @@ def collect(trials: list[Trial], sweep_dir: str) -> list[dict[str, Any]]:
 
 # ---------------------------------------------------------------- tables and plots
 
-def number(value: float, digits: int) -> str:
-    """``value`` with thousands separators and ``digits`` decimals ("nan" for NaN)."""
-    return "nan" if math.isnan(value) else f"{value:,.{digits}f}"
-
-
-def decimals(mean: float) -> int:
-    """Decimals to print a score with: none from 100 up (as the papers do), one from 10, else two."""
-    return 0 if abs(mean) >= 100 else 1 if abs(mean) >= 10 else 2
-
-
 def mean_std(values: list[float]) -> str:
     """"mean ± std" of ``values`` (the sample std; only the mean for one value; "" for none)."""
     if not values:
@@ -360,8 +359,8 @@ def mean_std(values: list[float]) -> str:
         return "nan"
     mean = statistics.fmean(values)
     if len(values) == 1:
-        return number(mean, decimals(mean))
-    return f"{number(mean, decimals(mean))} ± {number(statistics.stdev(values), decimals(mean))}"
+        return format_score(mean)
+    return format_mean_std(mean, statistics.stdev(values))
 
 
 def markdown_table(corner: str, rows: dict[str, str], columns: dict[str, str],
@@ -403,20 +402,21 @@ def results_markdown(results: list[dict[str, Any]], name: str) -> str:
         columns = {c: TABLE_COLUMNS[c] for c in TABLE_COLUMNS if c in cores}
         columns.update({c: c for c in cores if c not in columns})
         steps = sorted({r["total_steps"] for r in atari})
-        table = TABLE_OF_STEP.get(steps[0]) if len(steps) == 1 else None
+        budget = paper_step(steps[0]) if len(steps) == 1 else None
+        table = TABLE_OF_STEP.get(budget)
         lines += [f"## Atari, {', '.join(f'{s:,}' for s in steps)} steps "
                   f"({table + ' of' if table else 'the layout of Tables 9 and 10 of'} the recurrent-FWP appendix)", ""]
         for key, what in (("mean_return", "Game"), ("sps", "SPS")):
             lines += [*markdown_table(what, rows, columns,
                                       lambda game, core, key=key: mean_std(values(game, core, key))), ""]
         if table:
-            paper = PAPER_SCORES[steps[0]]
+            paper = PAPER_SCORES[budget]
 
             def paper_cell(game: str, core: str) -> str:
                 if core not in paper.get(game, {}):
                     return ""
                 mean, std = paper[game][core]
-                return f"{number(mean, decimals(mean))} ± {number(std, decimals(mean))}"
+                return format_mean_std(mean, std)
 
             lines += [f"The papers' {table} (mean ± std over 5 seeds) for these games and cores:", "",
                       *markdown_table("Game", rows, columns, paper_cell), ""]

@@ -14,12 +14,12 @@ import pytest
 import torch
 
 import envs
-from agents.actor import ActorPool
-from agents.checkpoint import load_latest_good
+from agents.acting.actor import ActorPool
+from agents.acting.workers import IndexQueue, PipeFlag
 from agents.errors import ActorError
-from agents.logger import read_csv
+from agents.learning.checkpoint import load_latest_good
+from agents.learning.logger import read_csv
 from agents.network import AgentNet
-from agents.workers import IndexQueue, PipeFlag
 from tests.test_maze_training import MAZE, SMALL, _group_members, tiny_flags
 
 pytest.importorskip("envs.maze")

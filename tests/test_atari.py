@@ -158,7 +158,7 @@ def test_parameter_counts_match_the_papers(core, prev_action, num_actions):
 
 def test_reward_clipping_happens_only_in_the_learner():
     """The Atari config clips to ±1 for the core input and the loss; the buffers keep raw rewards."""
-    from agents.learner import compute_loss
+    from agents.learning.learner import compute_loss
     cfg = load_config(["--core", "ff"])
     assert cfg.network.reward_clip == 1.0
     torch.manual_seed(0)

@@ -11,14 +11,7 @@ import sys
 import pytest
 import torch
 
-from agents import checkpoint
-from agents.checkpoint import (
-    check_same_run,
-    latest_checkpoint,
-    load_checkpoint,
-    load_latest_good,
-    save_checkpoint,
-)
+from agents import files
 from agents.config import to_dict
 from agents.errors import (
     ConfigMismatchError,
@@ -27,7 +20,15 @@ from agents.errors import (
     NonFiniteStateError,
     WriteFailure,
 )
-from agents.training import RESUMABLE
+from agents.learning import checkpoint
+from agents.learning.checkpoint import (
+    check_same_run,
+    latest_checkpoint,
+    load_checkpoint,
+    load_latest_good,
+    save_checkpoint,
+)
+from agents.learning.training import RESUMABLE
 from launch.maze import load
 
 
@@ -90,7 +91,7 @@ def test_a_real_full_disk_is_one_line_and_keeps_previous(tiny_tmpfs):
     assert sorted(os.listdir(tiny_tmpfs)) == ["checkpoint.pt"]
     with pytest.raises(WriteFailure,
                        match=r"^cannot write the log to .*tiny: no space left on device; free some space"):
-        checkpoint.atomic_write_text(str(tiny_tmpfs / "logs.csv"), "x" * 400_000, what="the log")
+        files.atomic_write_text(str(tiny_tmpfs / "logs.csv"), "x" * 400_000, what="the log")
 
 
 def test_read_only_file_system_is_one_line(tiny_tmpfs):
@@ -112,7 +113,7 @@ def test_killed_write_keeps_previous(tmp_path):
     _save(tmp_path, 1)
     code = (
         "import os, signal, sys, torch\n"
-        "from agents import checkpoint\n"
+        "from agents.learning import checkpoint\n"
         "checkpoint.os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)\n"
         "m = torch.nn.Linear(3, 2)\n"
         f"checkpoint.save_checkpoint({str(tmp_path)!r}, model=m, optimizer=None, scheduler=None,"
@@ -146,7 +147,7 @@ def test_check_same_run_names_the_settings_that_differ():
 def test_atomic_files_get_the_permissions_open_would_give(tmp_path):
     """mkstemp creates private (0600) files; logs and checkpoints should be as readable as usual."""
     (tmp_path / "plain.txt").write_text("x")
-    checkpoint.atomic_write_text(str(tmp_path / "atomic.txt"), "x")
+    files.atomic_write_text(str(tmp_path / "atomic.txt"), "x")
     modes = [os.stat(tmp_path / name).st_mode & 0o777 for name in ("atomic.txt", "plain.txt")]
     assert modes[0] == modes[1]
 
@@ -391,14 +392,14 @@ def test_convert_checkpoint_makes_an_older_file_plain_data(tmp_path, capsys):
     import numpy as np
 
     from agents.errors import UnsafeCheckpointError
-    from agents.training import OptimConfig
+    from agents.run_config import OptimConfig
     from launch import convert_checkpoint
 
     model = torch.nn.Linear(3, 2)
     path = tmp_path / "old.pt"
     torch.save({"model": model.state_dict(), "counters": {"step": np.int64(7)},
                 "recent_returns": np.array([1.5, 2.5]), "config": OptimConfig(lr=1e-3)}, path)
-    with pytest.raises(UnsafeCheckpointError, match="names agents.training.OptimConfig, numpy"):
+    with pytest.raises(UnsafeCheckpointError, match="names agents.run_config.OptimConfig, numpy"):
         load_checkpoint(str(path))
     convert_checkpoint.main([str(path), "--output", str(tmp_path / "new.pt")])
     assert "loads as data only" in capsys.readouterr().out
@@ -412,5 +413,5 @@ def test_convert_checkpoint_makes_an_older_file_plain_data(tmp_path, capsys):
 @pytest.mark.parametrize("what,noun", [("a file", "file"), ("the log", "log"), ("the checkpoint", "checkpoint")])
 def test_a_failed_write_names_what_is_intact_in_plain_words(tmp_path, what, noun):
     (tmp_path / "f").write_text("kept")
-    error = checkpoint.write_failure(OSError(errno.ENOSPC, "No space left on device"), what, str(tmp_path / "f"))
+    error = files.write_failure(OSError(errno.ENOSPC, "No space left on device"), what, str(tmp_path / "f"))
     assert f"(the previous {noun} is intact)" in str(error)

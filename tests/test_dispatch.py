@@ -65,7 +65,7 @@ def test_reference_and_cpu_auto_never_use_kernels(monkeypatch):
 def test_auto_self_check_failure_warns_once_and_training_runs_on_the_reference(monkeypatch, tmp_path):
     """A machine where every kernel fails to compile: one warning naming the reason, then the
     supervised trainer trains on the reference, with the same results as kernels=reference."""
-    from agents.supervised import ModelConfig, train
+    from agents.learning.supervised import ModelConfig, train
     from envs.tasks import make_task
     from fastnet import kernels
     from tests.test_supervised import make_config

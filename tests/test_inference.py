@@ -1,4 +1,4 @@
-"""Server mode (agents/inference.py): the inference loop acts exactly as a sequential single-process
+"""Server mode (agents/acting/inference.py): the inference loop acts exactly as a sequential single-process
 rollout does; dynamic batching serves late workers in the next batch and starves none; a killed
 env worker stops the run cleanly; a maze run in server mode learns."""
 from __future__ import annotations
@@ -18,10 +18,10 @@ import pytest
 import torch
 
 import envs
+from agents.acting.inference import WAKE, InferenceServer
 from agents.errors import ActorError
-from agents.inference import WAKE, InferenceServer
-from agents.learner import train
-from agents.logger import read_csv
+from agents.learning.learner import train
+from agents.learning.logger import read_csv
 from agents.network import AgentNet
 from fastnet.registry import core_class
 from tests.test_actor import _shm_files, _shm_inodes, _wait_for

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from agents.learner import build_model, compute_loss
-from agents.training import Trainer
-from agents.vtrace import total_loss
+from agents.learning.learner import compute_loss
+from agents.learning.training import Trainer
+from agents.learning.vtrace import total_loss
+from agents.run_config import build_model
 from launch.maze import load
 
 T, N, A, OBS = 5, 3, 4, (10,)

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from agents.errors import WriteFailure
-from agents.logger import Logger, RecentMean, read_csv
+from agents.learning.logger import Logger, RecentMean, read_csv
 
 
 def test_csv_grows_and_resume_drops_later_rows(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.learner import train
+from agents.learning.learner import train
 from launch import maze
 
 

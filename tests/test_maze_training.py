@@ -17,10 +17,11 @@ import pytest
 import torch
 
 import fastnet
-from agents.checkpoint import latest_checkpoint, load_checkpoint
 from agents.errors import ActorError, ConfigMismatchError
-from agents.learner import TrainConfig, train
-from agents.logger import read_csv
+from agents.learning.checkpoint import latest_checkpoint, load_checkpoint
+from agents.learning.learner import train
+from agents.learning.logger import read_csv
+from agents.run_config import TrainConfig
 from fastnet.registry import core_class
 from launch import maze
 

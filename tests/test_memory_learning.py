@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.learner import train
+from agents.learning.learner import train
 from envs.suites import suite
 from launch import memory
 

@@ -6,7 +6,7 @@ import matplotlib.figure
 import pytest
 import yaml
 
-from agents.logger import Logger, read_csv
+from agents.learning.logger import Logger, read_csv
 
 
 def load_script(name):

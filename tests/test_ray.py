@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from agents.acting.ray_backend import RayTransport
 from agents.errors import ActorError, ConfigError
-from agents.learner import build_model, train
-from agents.logger import read_csv
-from agents.ray_backend import RayConfig, RayTransport
+from agents.learning.learner import train
+from agents.learning.logger import read_csv
+from agents.run_config import RayConfig, build_model
 from tests.test_maze_training import config
 
 ray = pytest.importorskip("ray")
@@ -102,7 +103,7 @@ class _FakeHost:
 def _scripted_transport(monkeypatch, outcomes: list, max_restarts: int = 0) -> tuple[RayTransport, _FakeHost]:
     """A one-host transport whose calls end, in turn, as ``outcomes`` say: an exception to raise, or
     None for an unroll. No cluster: ``ray.wait`` and ``ray.get`` are scripted."""
-    import agents.ray_backend as ray_backend
+    import agents.acting.ray_backend as ray_backend
 
     monkeypatch.setattr(ray_backend, "RETRY_DELAY_S", 0.001)
     monkeypatch.setattr(ray, "wait", lambda refs, num_returns, timeout: (refs[:1], refs[1:]))
@@ -135,7 +136,7 @@ def test_a_restarting_host_is_waited_for_not_counted_as_dead(monkeypatch):
 
 
 def test_a_host_that_keeps_dying_or_never_comes_back_stops_the_run(monkeypatch):
-    import agents.ray_backend as ray_backend
+    import agents.acting.ray_backend as ray_backend
 
     transport, _ = _scripted_transport(monkeypatch, [ray.exceptions.RayActorError()] * 3, max_restarts=1)
     with pytest.raises(ActorError, match="could not be restarted"):

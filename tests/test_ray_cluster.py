@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from agents.learner import train
-from agents.logger import read_csv
+from agents.learning.learner import train
+from agents.learning.logger import read_csv
 from tests.test_maze_training import config
 
 ray = pytest.importorskip("ray")

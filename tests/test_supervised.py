@@ -10,8 +10,8 @@ import torch
 
 from agents.config import core_section, task_section
 from agents.errors import ConfigMismatchError
-from agents.supervised import Config, LogConfig, LoopConfig, ModelConfig, evaluate, train
-from agents.training import OptimConfig, RunConfig
+from agents.learning.supervised import Config, LogConfig, LoopConfig, ModelConfig, evaluate, train
+from agents.run_config import OptimConfig, RunConfig
 from envs.tasks import make_task
 from fastnet import CORES
 from launch import supervised as launcher
@@ -104,7 +104,7 @@ def test_householder_retrieval_memory_trains(core, options, tmp_path):
 
 def test_householder_retrieval_memory_reads_a_delta_rule_memory():
     """Ungated, n_h = 2: the read is W q after two delta writes per pair with L2 keys, value v each."""
-    from agents.supervised import HouseholderRetrievalMemory
+    from agents.learning.supervised import HouseholderRetrievalMemory
 
     torch.manual_seed(0)
     task = make_task("retrieval1", num_keys=5)
@@ -138,7 +138,7 @@ def test_delta_rule_learns_tiny_setting_2(tmp_path):
                       eval_every=50, eval_batch_size=1024, checkpoint_every=0, target_loss=0.001, max_time_s=50)
     result = train(cfg, task=task, quiet=True)
     initial = result["history"][0]["loss"]
-    from agents.supervised import build_model
+    from agents.learning.supervised import build_model
     torch.manual_seed(0)
     untrained = evaluate(build_model(cfg, task), task, "valid", 1024, "cpu")["loss"]
     assert result["valid"]["loss"] < 0.1 * untrained, (untrained, initial, result["valid"])
@@ -213,7 +213,7 @@ def test_launcher_defaults_and_overrides(tmp_path):
 @pytest.mark.parametrize("rule", ["sum", "delta"])
 def test_retrieval_memory_matches_explicit_writes(rule):
     """The retrieval memory equals writing W step by step and reading W φ(q) at the query."""
-    from agents.supervised import RetrievalMemory
+    from agents.learning.supervised import RetrievalMemory
     from fastnet.feature_maps import dpfp, sum_normalise
     torch.manual_seed(0)
     task = make_task("retrieval2", num_keys=5)
@@ -237,7 +237,7 @@ def test_retrieval_memory_matches_explicit_writes(rule):
 def test_gated_retrieval_memory_starts_with_an_open_gate():
     """One head, no spread of rates: the decay starts at the slow end of Mamba2's range (α ≈ 0.999 per pair),
     so a new memory keeps most of S = 200 pairs instead of the last few."""
-    from agents.supervised import HouseholderRetrievalMemory
+    from agents.learning.supervised import HouseholderRetrievalMemory
 
     torch.manual_seed(0)
     task = make_task("retrieval1", num_keys=200)
@@ -250,7 +250,7 @@ def test_gated_retrieval_memory_starts_with_an_open_gate():
 @pytest.mark.parametrize("memory", ["softmax", "sum", "delta", "gated_delta", "delta_product"])
 def test_retrieval_memory_writes_each_distinct_sequence_once(memory):
     """An evaluation batch (every key of a sequence asked in turn) reads the same as each column alone."""
-    from agents.supervised import HouseholderRetrievalMemory, RetrievalMemory
+    from agents.learning.supervised import HouseholderRetrievalMemory, RetrievalMemory
 
     torch.manual_seed(0)
     task = make_task("retrieval1", num_keys=6)
@@ -314,6 +314,9 @@ def test_resume_scores_the_checkpoints_best_model_not_a_later_one(tmp_path):
     task = make_task("retrieval2", num_keys=4)
     cfg = tiny_config("retrieval2", "delta", tmp_path, max_steps=2, eval_every=2, checkpoint_every=2)
     first = train(cfg, task=task, quiet=True)
+    payload = torch.load(tmp_path / "checkpoint.pt")
+    del payload["result"]  # as if killed after this checkpoint, before the run was done
+    torch.save(payload, tmp_path / "checkpoint.pt")
     best = torch.load(tmp_path / "best_model.pt")
     torch.save({k: torch.randn_like(v) if v.is_floating_point() else v for k, v in best.items()},
                tmp_path / "best_model.pt")

@@ -7,10 +7,11 @@ import math
 import pytest
 import torch
 
-import agents.learner
-from agents.checkpoint import load_checkpoint
+import agents.learning.learner
 from agents.errors import ConfigError
-from agents.training import NonFiniteError, OptimConfig, Trainer, build_optimizer, resolve_device
+from agents.learning.checkpoint import load_checkpoint
+from agents.learning.training import NonFiniteError, Trainer, build_optimizer, resolve_device
+from agents.run_config import OptimConfig
 from launch import maze
 
 
@@ -63,14 +64,14 @@ def test_a_nan_loss_mid_run_stops_the_run_and_keeps_a_finite_checkpoint(tmp_path
     """The loss turns NaN after 6 updates: the run skips those updates, stops after
     max_nonfinite_steps of them with one line and exit code 1, and its checkpoint is finite."""
     calls = {"n": 0}
-    real = agents.learner.compute_loss
+    real = agents.learning.learner.compute_loss
 
     def poisoned(model, batch, cfg):
         loss, terms = real(model, batch, cfg)
         calls["n"] += 1
         return (loss * math.nan if calls["n"] > 6 else loss), terms
 
-    monkeypatch.setattr(agents.learner, "compute_loss", poisoned)
+    monkeypatch.setattr(agents.learning.learner, "compute_loss", poisoned)
     run_dir = tmp_path / "run"
     with pytest.raises(SystemExit) as stop:
         maze.main(["--core", "lstm", "--core.hidden_size", "16", "--num_actors", "1", "--actor.envs_per_actor", "8",

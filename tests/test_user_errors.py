@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from agents.checkpoint import checkpoints, read_checkpoint
+from agents.learning.checkpoint import checkpoints, read_checkpoint
 from launch import evaluate, maze, supervised
 
 TINY = ["--core", "lstm", "--core.hidden_size", "16", "--num_actors", "1", "--actor.envs_per_actor", "8",
@@ -254,7 +254,8 @@ def test_actors_that_see_non_finite_logits_stop_with_one_line(inference, capfd):
     """A policy whose logits are NaN (weights that diverged, or a memory that overflowed): the
     acting side stops the run with one line; no process prints a traceback."""
     from agents.errors import ActorError
-    from agents.learner import build_model, make_transport
+    from agents.learning.learner import make_transport
+    from agents.run_config import build_model
 
     cfg = maze.load([*TINY, "--actor.inference", inference])
     model = build_model(cfg, _maze_shape(), 4)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.vtrace import vtrace
+from agents.learning.vtrace import vtrace
 
 
 def vtrace_numpy(log_rhos, discounts, rewards, values, bootstrap, rho_bar, c_bar):

@@ -15,7 +15,7 @@ per pair from W_K, W_β, W_a on [e(k); v], every write with the pair's value v; 
 (v̂ = Σ_i softmax(q·k_i) v_i).
 
 Training: Adam, linear learning-rate warm-up, gradient-norm clipping (the update, its guard
-against non-finite losses and the checkpoints are :class:`agents.training.Trainer`'s),
+against non-finite losses and the checkpoints are :class:`agents.learning.training.Trainer`'s),
 evaluation on the valid split every ``eval_every`` steps, early stopping when the valid
 ``select_metric`` (default: the loss) has not improved for ``patience`` steps or the valid loss
 falls below ``target_loss``; the best model by ``select_metric`` is evaluated on the test split
@@ -38,12 +38,13 @@ import torch.nn.functional as F
 from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveInt
 from torch import Tensor, nn
 
-from agents import training
-from agents.checkpoint import atomic_save, atomic_write_text
+from agents import run_config
 from agents.config import check, core_section, options, task_section
 from agents.errors import ConfigError
-from agents.logger import Logger
-from agents.training import OptimConfig, RunConfig, Trainer, configure_kernels, resolve_device
+from agents.files import atomic_save, atomic_write_text
+from agents.learning.logger import Logger
+from agents.learning.training import Trainer, configure_kernels, resolve_device
+from agents.run_config import OptimConfig, RunConfig
 from envs.tasks import Batch, Task, make_task
 from fastnet import make_core
 from fastnet.feature_maps import FeatureMap
@@ -102,7 +103,7 @@ class LossConfig:
 
 
 @dataclass
-class LogConfig(training.LogConfig):
+class LogConfig(run_config.LogConfig):
     """Progress line, CSV and TensorBoard."""
 
     every: PositiveInt = 50

@@ -3,7 +3,7 @@ shared-memory rollout buffers they fill (torchbeast monobeast's design).
 
 Each of ``num_actors`` processes steps ``envs_per_actor`` envs from ``envs.make`` and runs the
 policy on the CPU. It takes a free buffer index from ``free_queue``, writes an unroll of T+1
-steps into shared tensors (the layout of :mod:`agents.transport`), and puts the index on
+steps into shared tensors (the layout of :mod:`agents.acting.transport`), and puts the index on
 ``full_queue`` for the learner, which copies the data out and hands the index back.
 
 Actors read their weights from ``model``, a shared-memory copy that the learner overwrites
@@ -19,15 +19,15 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from agents.transport import Batch, Transport
-from agents.workers import IndexQueue, PipeFlag, WorkerProcesses
+from agents.acting.transport import Batch, Transport
+from agents.acting.workers import IndexQueue, PipeFlag, WorkerProcesses
 from fastnet.state import State
 
 
 def create_buffers(num_buffers: int, unroll_length: int, num_envs: int, observation_shape: tuple[int, ...],
                    observation_dtype: torch.dtype, num_actions: int, state: State,
                    device: torch.device | str = "cpu") -> dict[str, Tensor]:
-    """Rollout buffers [num_buffers, T+1, num_envs, ...] in the layout of :mod:`agents.transport`,
+    """Rollout buffers [num_buffers, T+1, num_envs, ...] in the layout of :mod:`agents.acting.transport`,
     plus ``state_i`` [num_buffers, *state[i].shape]; in shared memory if on the CPU."""
     steps = (num_buffers, unroll_length + 1, num_envs)
     specs = {

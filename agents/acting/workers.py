@@ -1,8 +1,8 @@
 """Worker processes and the pipes between them and the learner.
 
 Both ways of acting start a group of processes (:class:`WorkerProcesses`): in actor mode each
-runs envs and a CPU copy of the policy (:mod:`agents.actor`); in server mode each only steps envs
-for the inference server (:mod:`agents.inference`). The group reports a worker that crashed
+runs envs and a CPU copy of the policy (:mod:`agents.acting.actor`); in server mode each only steps envs
+for the inference server (:mod:`agents.acting.inference`). The group reports a worker that crashed
 (its traceback) or died (its exit code or signal) as an :class:`ActorError`, and stops every
 process when the run ends.
 

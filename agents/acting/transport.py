@@ -2,8 +2,8 @@
 
 The acting side puts unrolls; the learner gets them in batches, publishes its weights after
 each update, and asks whether the acting side is alive. Two implementations run on one machine
-over shared memory, :class:`agents.actor.ActorPool` (actor mode: each actor process runs a CPU
-copy of the policy) and :class:`agents.inference.InferenceServer` (server mode: processes only
+over shared memory, :class:`agents.acting.actor.ActorPool` (actor mode: each actor process runs a CPU
+copy of the policy) and :class:`agents.acting.inference.InferenceServer` (server mode: processes only
 step envs, and the policy runs batched on the learner's device); a distributed backend plugs
 in here without touching the learner.
 

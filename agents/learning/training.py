@@ -10,28 +10,20 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable
 
 import torch
-from jsonargparse.typing import (
-    ClosedUnitInterval,
-    NonNegativeFloat,
-    NonNegativeInt,
-    PositiveFloat,
-    PositiveInt,
-    restricted_number_type,
-)
 from torch import Tensor, nn
 
-from agents.checkpoint import load_latest_good, save_checkpoint
 from agents.config import save_yaml, to_dict
 from agents.errors import ConfigError, UserError, WriteFailure
+from agents.learning.checkpoint import load_latest_good, save_checkpoint
+from agents.run_config import OptimConfig
 from fastnet.feature_maps import redraw_random_features
 
 # Settings a resumed run may change: budgets, hardware, logging and checkpoint cadence, and the
 # clip and guard of the update. Any other difference from the checkpoint's config (the core and
-# its sizes, the env, the lr, the seed, ...) is refused (agents.checkpoint.check_same_run). A
+# its sizes, the env, the lr, the seed, ...) is refused (agents.learning.checkpoint.check_same_run). A
 # section name covers all of its keys.
 RESUMABLE = ("run.total_steps", "run.device", "run.run_dir", "run.num_threads", "run.resume", "run.keep_checkpoints",
              "run.kernels",
@@ -40,68 +32,6 @@ RESUMABLE = ("run.total_steps", "run.device", "run.run_dir", "run.num_threads", 
              "actor.start_method", "log", "checkpoint", "optim.grad_clip", "optim.max_nonfinite_steps",
              "train.max_steps", "train.max_epochs", "train.max_time_s", "train.eval_every", "train.eval_batch_size",
              "train.patience", "train.min_delta", "train.target_loss", "train.checkpoint_every")
-
-
-@dataclass
-class RunConfig:
-    """The run: seed, device, run directory."""
-
-    seed: int = 0
-    """Seed of torch, numpy and the environments."""
-    device: str = "cpu"
-    """Where the model trains: cpu, cuda, cuda:N, or auto (cuda when there is one)."""
-    run_dir: str = "runs/{core}"
-    """Directory for checkpoints, logs and config.yaml; {env}, {game}, {task} and {core} are filled in."""
-    num_threads: NonNegativeInt = 1
-    """torch threads of the training process (0: torch's default)."""
-    resume: bool = True
-    """Resume from the run directory's checkpoint when it has one (false: start afresh there)."""
-    kernels: Optional[Literal["auto", "triton", "reference"]] = None
-    """Sequence kernels: auto (Triton on CUDA after a self-check), triton, reference; null: $DELTABEAST_KERNELS."""
-    keep_checkpoints: PositiveInt = 2
-    """Checkpoints kept besides milestones (the latest and those before it, for a resume to fall back on)."""
-
-
-@dataclass
-class LogConfig:
-    """Progress line, CSV and TensorBoard."""
-
-    print_every_s: NonNegativeFloat = 5.0
-    """Seconds between progress lines."""
-    tensorboard: bool = True
-    """Also write TensorBoard scalars to run_dir/tb."""
-
-
-@dataclass
-class OptimConfig:
-    """The optimiser, its learning-rate schedule and the update's safeguards."""
-
-    name: Literal["rmsprop", "adam"] = "rmsprop"
-    """RMSProp (as IMPALA) or Adam."""
-    lr: PositiveFloat = 6e-4
-    """Learning rate (at the end of the warm-up)."""
-    eps: NonNegativeFloat = 0.01
-    """ε added to the denominator (RMSProp and Adam)."""
-    alpha: ClosedUnitInterval = 0.99
-    """RMSProp: smoothing of the squared gradients."""
-    momentum: UnitIntervalHalfOpen = 0.0
-    """RMSProp: momentum, in [0, 1)."""
-    beta1: UnitIntervalHalfOpen = 0.9
-    """Adam: β1, in [0, 1)."""
-    beta2: UnitIntervalHalfOpen = 0.999
-    """Adam: β2, in [0, 1)."""
-    grad_clip: NonNegativeFloat = 40.0
-    """Clip the global gradient norm to this (0: no clipping)."""
-    warmup_steps: NonNegativeInt = 0
-    """Updates of linear warm-up from 0 to lr."""
-    lr_decay: bool = False
-    """Decay the learning rate linearly to 0 at the end of the budget."""
-    max_nonfinite_steps: PositiveInt = 10
-    """Stop the run after this many updates in a row whose loss or gradient is NaN or inf (each is skipped)."""
-
-
-# A momentum or an Adam β of 1 or more never forgets: the step grows without bound.
-UnitIntervalHalfOpen = restricted_number_type("UnitIntervalHalfOpen", float, [(">=", 0), ("<", 1)])
 
 
 class NonFiniteError(UserError):

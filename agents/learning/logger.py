@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from agents.checkpoint import atomic_write_text, write_failure
+from agents.files import atomic_write_text, write_failure
 
 CSV_NAME = "logs.csv"
 

@@ -1,177 +1,41 @@
-"""The IMPALA learner: its config tree, the loss on a batch of unrolls, and the training loop.
+"""The IMPALA learner: the loss on a batch of unrolls, the acting side it starts, and the
+training loop (its config tree is :class:`agents.run_config.TrainConfig`).
 
 The learner re-runs every unroll from the core state stored at its start, in sequence mode
 (one ``core.forward`` over the T+1 steps), so the gradient flows through the fast weights
 across the unroll; ``truncate_per_step`` instead steps the core one step at a time and detaches
 the carried state, as the official code does. V-trace and the loss follow Espeholt et al.
-(2018), see :mod:`agents.vtrace`.
+(2018), see :mod:`agents.learning.vtrace`.
 """
 from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 import functools
 import math
 import signal
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 import numpy as np
 import torch
-from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from torch import Tensor
 
-from agents import training
-from agents.actor import ActorPool
-from agents.config import check, core_section, env_section, from_dict, options, to_dict
+from agents.acting.actor import ActorPool
+from agents.acting.inference import InferenceServer
+from agents.acting.ray_backend import RayTransport, ray_connection
+from agents.acting.transport import Transport
+from agents.config import options, to_dict
 from agents.errors import ActorError, ConfigError
-from agents.inference import InferenceServer
-from agents.logger import Logger, RecentMean
-from agents.network import AgentNet, MLPNetworkConfig, NetworkConfig, ResNetNetworkConfig
-from agents.ray_backend import RayConfig, RayTransport, ray_connection
-from agents.training import OptimConfig, RunConfig, Trainer, configure_kernels, resolve_device
-from agents.transport import Transport
-from agents.vtrace import impala_losses, total_loss
-
-
-@dataclass
-class RLRunConfig(RunConfig):
-    """The run: seed, device, budget, run directory."""
-
-    total_steps: PositiveInt = 1_000_000
-    """Environment steps to train for (the lr decays to 0 over them if optim.lr_decay)."""
-
-
-@dataclass
-class ActorConfig:
-    """The acting side: processes that step the envs, and where the policy runs."""
-
-    num_actors: PositiveInt = 2
-    """Actor (or, in server mode, env worker) processes."""
-    envs_per_actor: PositiveInt = 64
-    """Envs each process steps as one batch (learner.batch_size must be a multiple of it)."""
-    unroll_length: PositiveInt = 20
-    """T: steps per unroll, the learner's backpropagation span."""
-    inference: Literal["auto", "actor", "server"] = "auto"
-    """Where the policy runs: a CPU copy per actor (actor), or batched on the learner device (server, auto on CUDA)."""
-    server_max_batch: NonNegativeInt = 0
-    """Server mode: the most envs one inference batch serves (0: all)."""
-    server_max_wait_ms: NonNegativeFloat = 2.0
-    """Server mode: how long a batch waits for more envs after the first is ready."""
-    backend: Literal["local", "ray"] = "local"
-    """Where the actors run: processes on this machine (local), or actor hosts across a Ray cluster (ray)."""
-    start_method: Literal["fork", "spawn", "forkserver"] = "fork"
-    """How the processes start (fork starts fastest; a CUDA learner in actor mode needs spawn or forkserver)."""
-
-
-@dataclass
-class LearnerConfig:
-    """The learner's batches."""
-
-    batch_size: PositiveInt = 128
-    """Trajectories (unrolls of one env) per update; a multiple of actor.envs_per_actor."""
-    truncate_per_step: bool = False
-    """Step the core one step at a time and detach its state (the official code); else backprop through the unroll."""
-
-
-@dataclass
-class LossConfig:
-    """The IMPALA loss (Espeholt et al., 2018, Eqs. 1-4) and the cores' auxiliary losses."""
-
-    discount: ClosedUnitInterval = 0.9
-    """γ."""
-    baseline_cost: NonNegativeFloat = 0.5
-    """Weight of the baseline (value) loss."""
-    entropy_cost: NonNegativeFloat = 0.01
-    """Weight of the entropy bonus."""
-    rho_bar: PositiveFloat = 1.0
-    """V-trace's ρ̄, the clip of the importance weights in the targets."""
-    c_bar: NonNegativeFloat = 1.0
-    """V-trace's c̄, the clip of the trace-cutting weights."""
-    aux_loss_weights: dict[str, float] = field(default_factory=dict)
-    """Weight of each core auxiliary loss by name (MNM: meta); a loss not listed has weight 1."""
-
-
-@dataclass
-class LogConfig(training.LogConfig):
-    """Progress line, CSV and TensorBoard."""
-
-    return_window: PositiveInt = 100
-    """Report the mean return over this many recent episodes."""
-
-
-@dataclass
-class CheckpointConfig:
-    """Checkpoints for resuming, and milestones for evaluation."""
-
-    interval_minutes: PositiveFloat = 5.0
-    """Minutes between checkpoint.pt writes."""
-    milestones: list[int] = field(default_factory=list)
-    """Also keep checkpoint-<step>.pt at the first update past each of these steps."""
-
-
-@dataclass
-class TrainConfig:
-    """IMPALA training of an agent with a memory core."""
-
-    core: Any = field(default_factory=lambda: core_section("lstm")())
-    """The memory core and its options."""
-    run: RLRunConfig = field(default_factory=RLRunConfig)
-    env: Any = field(default_factory=lambda: env_section("maze")())
-    """The environment and its options."""
-    actor: ActorConfig = field(default_factory=ActorConfig)
-    ray: RayConfig = field(default_factory=RayConfig)
-    network: NetworkConfig = field(default_factory=MLPNetworkConfig)
-    learner: LearnerConfig = field(default_factory=LearnerConfig)
-    loss: LossConfig = field(default_factory=LossConfig)
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr_decay=True))
-    log: LogConfig = field(default_factory=LogConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-
-    def resolved_run_dir(self) -> str:
-        return self.run.run_dir.format(env=self.env.name, core=self.core.name, game=getattr(self.env, "game", ""))
-
-
-# The network (stem) each env's observations take.
-NETWORKS: dict[str, type] = {"maze": MLPNetworkConfig, "atari": ResNetNetworkConfig, "gym": MLPNetworkConfig}
-
-
-@functools.cache
-def rl_schema(env: str, core: str) -> type:
-    """The config dataclass of an entry point: TrainConfig with typed ``core``, ``env`` and ``network``."""
-    network = NETWORKS[env]
-    return dataclasses.make_dataclass(
-        "TrainConfig", [("core", core_section(core), field(default_factory=core_section(core))),
-                        ("env", env_section(env), field(default_factory=env_section(env))),
-                        ("network", network, field(default_factory=network))],
-        bases=(TrainConfig,), namespace={"__doc__": TrainConfig.__doc__})
-
-
-def config_from_dict(data: dict[str, Any], source: str) -> TrainConfig:
-    """The TrainConfig saved in a checkpoint (``payload["config"]``)."""
-    return from_dict(rl_schema(data["env"]["name"], data["core"]["name"]), data, source)
-
-
-def check_config(cfg: TrainConfig) -> None:
-    """ConfigError for settings that are valid alone but not together."""
-    check(cfg.learner.batch_size % cfg.actor.envs_per_actor == 0, "learner.batch_size",
-          f"{cfg.learner.batch_size} must be a multiple of actor.envs_per_actor ({cfg.actor.envs_per_actor}), "
-          "the trajectories an actor fills at once")
-    check(cfg.actor.backend != "ray" or cfg.actor.inference != "server", "actor.inference",
-          "server mode runs on the local backend only; with actor.backend ray the hosts act with CPU copies of "
-          "the policy (use actor or auto)")
-
-
-def build_model(cfg: TrainConfig, observation_shape: tuple[int, ...], num_actions: int) -> AgentNet:
-    return AgentNet(observation_shape, num_actions, cfg.core.name, options(cfg.core), stem=cfg.network.stem,
-                    stem_options=cfg.network.stem_options(), reward_clip=cfg.network.reward_clip,
-                    prev_action=cfg.network.prev_action)
+from agents.learning.logger import Logger, RecentMean
+from agents.learning.training import Trainer, configure_kernels, resolve_device
+from agents.learning.vtrace import impala_losses, total_loss
+from agents.network import AgentNet
+from agents.run_config import TrainConfig, build_model, check_config
 
 
 def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig) -> tuple[Tensor, dict[str, Tensor]]:
-    """The IMPALA loss on a batch of unrolls [T+1, N, ...] (layout of :mod:`agents.transport`).
+    """The IMPALA loss on a batch of unrolls [T+1, N, ...] (layout of :mod:`agents.acting.transport`).
 
     The model re-runs steps 0..T from the stored state; its logits and baselines at 0..T-1 are
     scored against the actions a_0..a_{T-1} (stored at 1..T), rewards r_1..r_T and discounts

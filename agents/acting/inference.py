@@ -34,11 +34,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from agents.actor import create_buffers
+from agents.acting.actor import create_buffers
+from agents.acting.transport import Batch, Transport
+from agents.acting.workers import IndexQueue, PipeFlag, WorkerProcesses
 from agents.errors import ActorError, UserError
 from agents.network import check_actions
-from agents.transport import Batch, Transport
-from agents.workers import IndexQueue, PipeFlag, WorkerProcesses
 
 WAKE = -1  # put on ``ready`` by the learner when it hands back a batch, so a waiting loop looks again
 STEP_KEYS = ("obs", "reward", "done", "episode_return", "episode_length")  # what a worker writes

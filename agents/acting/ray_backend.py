@@ -3,7 +3,7 @@
 * Each of ``actor.num_actors`` hosts is a Ray actor (``@ray.remote`` with ``max_restarts``) that
   steps ``actor.envs_per_actor`` envs with a CPU copy of the policy, ``ray.unrolls_per_call``
   unrolls per call (two halve the calls and their round trips), as an actor process does in
-  actor mode (:class:`agents.actor.EnvRunner`). A placement group with
+  actor mode (:class:`agents.acting.actor.EnvRunner`). A placement group with
   one bundle per host, strategy SPREAD, places them across the nodes; the learner is the driver
   process, on the node where the run was launched (the GPU node).
 * Unrolls come back through the object store. Each host has at most ``ray.max_in_flight``
@@ -24,35 +24,15 @@ import contextlib
 import os
 import socket
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
-from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
 from torch import nn
 
+from agents.acting.transport import Batch, Transport
 from agents.errors import ActorError, ConfigError, RunFailure, UserError
-from agents.transport import Batch, Transport
-
-
-@dataclass
-class RayConfig:
-    """The Ray backend (actor.backend: ray): the cluster, and how unrolls and weights travel."""
-
-    address: str = "auto"
-    """Cluster to join: auto (a running one, else start one here), local (always start one here), or host:port."""
-    max_in_flight: PositiveInt = 2
-    """Unroll calls outstanding per host: the backpressure bound."""
-    weights_every: PositiveInt = 1
-    """Publish the learner's weights to the hosts every this many updates."""
-    max_restarts: NonNegativeInt = 10
-    """Restarts Ray makes of a host that died, before the run stops."""
-    unrolls_per_call: PositiveInt = 2
-    """Unrolls a host makes per call: more amortise Ray's cost per call (~7 ms), and the policy lag grows."""
-    cpus_per_host: PositiveFloat = 1.0
-    """CPUs each host reserves in the placement group."""
-
+from agents.run_config import RayConfig
 
 # A host that Ray is restarting answers calls at once with ActorUnavailableError: such calls are made
 # again after RETRY_DELAY_S, and do not count as deaths; one still restarting after RESTART_TIMEOUT_S
@@ -116,15 +96,15 @@ def ray_connection(address: str) -> Iterator[None]:
 
 class ActorHost:
     """A Ray actor: a batch of envs and a CPU copy of the policy; :meth:`unroll` returns the next
-    unroll as numpy arrays in the layout of :mod:`agents.transport`."""
+    unroll as numpy arrays in the layout of :mod:`agents.acting.transport`."""
 
     def __init__(self, config: dict[str, Any], num_envs: int, seed: int):
         import ray
 
         import envs
-        from agents.actor import EnvRunner, create_buffers
+        from agents.acting.actor import EnvRunner, create_buffers
         from agents.config import options
-        from agents.learner import build_model, config_from_dict
+        from agents.run_config import build_model, config_from_dict
 
         torch.set_num_threads(1)
         torch.manual_seed(seed)
