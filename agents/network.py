@@ -18,6 +18,7 @@ from jsonargparse.typing import PositiveFloat
 from torch import Tensor, nn
 
 from agents.errors import NonFinitePolicyError
+from agents.popart import PopArt
 from agents.resnet import ResNetStem
 from fastnet import make_core
 from fastnet.state import State
@@ -94,18 +95,20 @@ class ResNetNetworkConfig(NetworkConfig, ResNetStem.Config):
 
 
 class AgentNet(nn.Module):
-    """stem -> core (``fastnet.make_core``) -> policy logits and baseline (linear heads)."""
+    """stem -> core (``fastnet.make_core``) -> policy logits and baseline (linear heads; the
+    baseline a :class:`agents.popart.PopArt` head when ``popart_step`` is given)."""
 
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int, core: str,
                  core_options: dict[str, Any], stem: str = "mlp", stem_options: dict[str, Any] | None = None,
-                 reward_clip: float | None = None, prev_action: bool = True):
+                 reward_clip: float | None = None, prev_action: bool = True, popart_step: float | None = None):
         super().__init__()
         self.num_actions, self.reward_clip, self.prev_action = num_actions, reward_clip, prev_action
         self.stem = make_stem(stem, observation_shape, **(stem_options or {}))
         core_input = self.stem.output_size + 1 + (num_actions if prev_action else 0)
         self.core = make_core(core, core_input, **core_options)
         self.policy = nn.Linear(self.core.output_size, num_actions)
-        self.baseline = nn.Linear(self.core.output_size, 1)
+        self.baseline = nn.Linear(self.core.output_size, 1) if popart_step is None \
+            else PopArt(self.core.output_size, popart_step)
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         return self.core.initial_state(batch_size, device)

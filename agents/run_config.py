@@ -17,6 +17,7 @@ from jsonargparse.typing import (
     ClosedUnitInterval,
     NonNegativeFloat,
     NonNegativeInt,
+    OpenUnitInterval,
     PositiveFloat,
     PositiveInt,
     restricted_number_type,
@@ -143,6 +144,10 @@ class LearnerConfig:
     """Trajectories (unrolls of one env) per update; a multiple of actor.envs_per_actor."""
     truncate_per_step: bool = False
     """Step the core one step at a time and detach its state (the official code); else backprop through the unroll."""
+    epochs: PositiveInt = 1
+    """Passes over each batch (PPO's epochs); 1 with loss.clip null is IMPALA's update."""
+    minibatches: PositiveInt = 1
+    """Minibatches of whole trajectories per pass, each one optimiser step (1: the whole batch)."""
 
 
 @dataclass
@@ -161,6 +166,20 @@ class LossConfig:
     """V-trace's c̄, the clip of the trace-cutting weights."""
     aux_loss_weights: dict[str, float] = field(default_factory=dict)
     """Weight of each core auxiliary loss by name (MNM: meta); a loss not listed has weight 1."""
+    clip: Optional[PositiveFloat] = None
+    """PPO's ε: the clipped surrogate on the ratio π/μ (null: IMPALA's ρ-weighted policy gradient)."""
+    advantages: Literal["vtrace", "gae"] = "vtrace"
+    """Advantages and value targets: V-trace (off-policy corrected) or GAE (on-policy)."""
+    gae_lambda: ClosedUnitInterval = 0.95
+    """GAE's λ."""
+    normalize_advantages: bool = False
+    """Standardise the advantages over each minibatch."""
+    value_clip: Optional[PositiveFloat] = None
+    """PPO's value clipping: keep the value within this of its value before the batch's updates (null: off)."""
+    popart: bool = False
+    """Normalise the value targets with PopArt (scale-free value loss and advantages)."""
+    popart_step: OpenUnitInterval = 0.01
+    """PopArt: the step β of the targets' running mean and mean square, per batch."""
 
 
 @dataclass
@@ -236,4 +255,4 @@ def check_config(cfg: TrainConfig) -> None:
 def build_model(cfg: TrainConfig, observation_shape: tuple[int, ...], num_actions: int) -> AgentNet:
     return AgentNet(observation_shape, num_actions, cfg.core.name, options(cfg.core), stem=cfg.network.stem,
                     stem_options=cfg.network.stem_options(), reward_clip=cfg.network.reward_clip,
-                    prev_action=cfg.network.prev_action)
+                    prev_action=cfg.network.prev_action, popart_step=cfg.loss.popart_step if cfg.loss.popart else None)

@@ -1,26 +1,31 @@
-"""Run a grid sweep (env × core × seed) of IMPALA runs on Ray Tune, and tabulate the results.
+"""Run a grid sweep (env × core × variant × seed) of training runs on Ray Tune, and tabulate the results.
 
     python launch/sweep.py                                   # defaults: launch/configs/sweep.yaml
     python launch/sweep.py --name maze --envs '[maze]' --cores '[lstm,delta]' --seeds '[0,1,2]' --total_steps 2000000
     python launch/sweep.py --name atari --envs '[Pong,MsPacman]' --cores '[ff,lstm,delta]' --ray_address host:6379
     python launch/sweep.py --name small --cores '[lstm]' -- --actor.num_actors 1 --core.hidden_size 32
+    python launch/sweep.py --name lr --cores '[lstm]' --variants '{optim.lr: [1e-3, 2e-3], learner.epochs: [1, 2]}'
+    python launch/sweep.py --name mem --envs '[popgym/RepeatPreviousEasy, bsuite/memory_len_30]' --cores '[lstm]'
 
-Each trial is one training run of launch/maze.py (env ``maze``) or launch/atari.py (any other env
-is an Atari game) in its own run directory, ``<dir>/runs/<env>-<core>-s<seed>``; the flags after
-``--`` (or ``train_flags``) go to every trial. Trials report their SPS and mean return to Tune
-after every update. Running the same command again resumes a killed sweep: Tune restores its
-experiment (``<dir>/tune``) and reruns only the unfinished trials, each of which resumes from
-its own last checkpoint; a finished trial (one with ``summary.json``) is never trained again.
-At the end the sweep directory holds ``results.csv`` (one row per trial), ``results.md`` (env
-rows × core columns, mean ± std over the seeds; Atari games in the layout of the papers'
-Tables 9 and 10) and ``curves-<env>.png`` per env. Ray is optional: ``pip install -e '.[ray]'``.
+Each trial is one training run of launch/maze.py (env ``maze``), launch/memory.py's config for
+one env of a memory suite (``<suite>/<env>``, e.g. ``popgym/CountRecallEasy``) or launch/atari.py
+(any other env is an Atari game) in its own run directory,
+``<dir>/runs/<env>-<core>[-<variant>]-s<seed>``; the flags after ``--`` (or ``train_flags``) go to
+every trial, and each combination of the ``variants`` values adds its own flags. Trials report
+their SPS and mean return to Tune after every update. Running the same command again resumes a
+killed sweep: Tune restores its experiment (``<dir>/tune``) and reruns only the unfinished
+trials, each of which resumes from its own last checkpoint; a finished trial (one with
+``summary.json``) is never trained again. At the end the sweep directory holds ``results.csv``
+(one row per trial), ``results.md`` (env and variant rows × core columns, mean ± std over the
+seeds; Atari games in the layout of the papers' Tables 9 and 10) and ``curves-<env>.png`` per
+env. Ray is optional: ``pip install -e '.[ray]'``.
 """
 from __future__ import annotations
 
 import csv
 import ctypes
-import dataclasses
 import io
+import itertools
 import json
 import math
 import multiprocessing
@@ -32,7 +37,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Literal, Optional, Union
 
 from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
@@ -51,27 +56,28 @@ from agents.files import atomic_write_text
 from agents.learning.learner import train
 from agents.learning.logger import CSV_NAME, read_csv
 from agents.run_config import TrainConfig
+from envs.suites import SUITES, SuiteEnv
 from fastnet import CORES
 
 DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "sweep.yaml")
 CoreName = Literal[tuple(CORES)]
-GRID_KEYS = ("envs", "cores", "seeds", "total_steps", "train_flags")  # what a resumed sweep must keep
+GRID_KEYS = ("envs", "cores", "seeds", "total_steps", "train_flags", "variants")  # what a resumed sweep keeps
 REPORTED = ("sps", "mean_return", "episodes", "loss")  # the log columns reported to Tune
 REPORT_EVERY_S = 2.0  # at most one report per trial this often: a maze run makes ~50 updates/s
 SUMMARY_NAME = "summary.json"  # in a trial's run directory once it has finished
-CSV_FIELDS = ("env", "core", "seed", "steps", "mean_return", "sps", "run_dir")
+CSV_FIELDS = ("env", "core", "variant", "seed", "steps", "mean_return", "metric", "score", "sps", "run_dir")
 
 
 @dataclass
 class SweepConfig:
-    """A grid sweep on Ray Tune: one IMPALA run per env × core × seed."""
+    """A grid sweep on Ray Tune: one training run per env × core × variant × seed."""
 
     name: str = "sweep"
     """The sweep's name: the {name} in dir."""
     dir: str = "runs/sweeps/{name}"
     """The sweep directory: Tune's state, the trials' run directories, the results tables and plots."""
     envs: list[str] = field(default_factory=lambda: ["maze"])
-    """Envs of the grid: maze, or Atari games by their Gymnasium names (Pong, MsPacman, ...)."""
+    """Envs of the grid: maze, <suite>/<env> of a memory suite (popgym/CountRecallEasy), or Atari games (Pong, ...)."""
     cores: list[CoreName] = field(default_factory=lambda: ["lstm", "delta"])
     """Memory cores of the grid (the --core names)."""
     seeds: list[NonNegativeInt] = field(default_factory=lambda: [0, 1, 2])
@@ -80,6 +86,8 @@ class SweepConfig:
     """Environment steps per trial (null: the default of each env's launcher config)."""
     train_flags: list[str] = field(default_factory=list)
     """Flags for every trial's launcher (launch/maze.py, launch/atari.py); on the command line: all after --."""
+    variants: dict[str, list[Union[bool, int, float, str]]] = field(default_factory=dict)
+    """Launcher settings to vary: every combination of their values is a variant ({optim.lr: [1e-3, 2e-3]})."""
     cpus_per_trial: PositiveFloat = 3.0
     """CPUs Ray reserves for each trial (its learner and actor.num_actors actor processes)."""
     gpus_per_trial: NonNegativeFloat = 0.0
@@ -92,21 +100,33 @@ class SweepConfig:
 
 @dataclass(frozen=True)
 class Trial:
-    """One point of the grid."""
+    """One point of the grid; ``variant`` is its (key, value) settings of ``variants``."""
 
     env: str
     core: str
     seed: int
+    variant: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Trial:
         """The grid point of a Tune trial's config."""
-        return cls(config["env"], config["core"], config["seed"])
+        return cls(config["env"], config["core"], config["seed"], tuple(map(tuple, config.get("variant", ()))))
+
+    @property
+    def variant_name(self) -> str:
+        """``optim.lr=1e-3,learner.epochs=2`` ("" without variants)."""
+        return ",".join(f"{key}={value}" for key, value in self.variant)
 
     @property
     def name(self) -> str:
-        """The trial's name, also its run directory's: ``maze-lstm-s0``."""
-        return f"{self.env}-{self.core}-s{self.seed}"
+        """The trial's name, also its run directory's: ``maze-lstm-s0``, ``maze-lstm-optim.lr=1e-3-s0``;
+        a suite env's "/" becomes "_"."""
+        variant = f"-{self.variant_name}" if self.variant else ""
+        return f"{self.env.replace('/', '_')}-{self.core}{variant}-s{self.seed}"
+
+    @property
+    def flags(self) -> list[str]:
+        return [arg for key, value in self.variant for arg in (f"--{key}", value)]
 
 
 def load(argv: list[str]) -> SweepConfig:
@@ -125,8 +145,12 @@ def load(argv: list[str]) -> SweepConfig:
 
 
 def env_name(env: str) -> str:
-    """``maze``, or the Gymnasium name of an Atari game (``ms_pacman`` -> ``MsPacman``)."""
+    """``maze``, a memory suite's ``<suite>/<env>``, or the Gymnasium name of an Atari game
+    (``ms_pacman`` -> ``MsPacman``)."""
     if env == "maze":
+        return env
+    if "/" in env:
+        suite_env(env)
         return env
     from envs.atari import canonical_name
 
@@ -136,21 +160,54 @@ def env_name(env: str) -> str:
         raise ConfigError(f"--envs: {env!r} is neither maze nor an Atari game ({e})") from None
 
 
+def suite_env(env: str) -> tuple[str, SuiteEnv]:
+    """(suite, its entry) of ``<suite>/<env>``; ConfigError if there is no such env."""
+    suite, _, name = env.partition("/")
+    entries = {e.name: e for e in SUITES.get(suite, ())}
+    if name not in entries:
+        valid = ", ".join(f"{s}/{e.name}" for s, es in SUITES.items() for e in es)
+        raise ConfigError(f"--envs: no memory-suite env {env!r}; valid: {valid}")
+    return suite, entries[name]
+
+
+def variants(cfg: SweepConfig) -> list[tuple[tuple[str, str], ...]]:
+    """Every combination of the ``variants`` values, as (key, flag value) pairs (one empty variant
+    without any)."""
+    def flag(value: Any) -> str:
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    return [tuple(zip(cfg.variants, map(flag, values))) for values in itertools.product(*cfg.variants.values())]
+
+
 def grid(cfg: SweepConfig) -> list[Trial]:
-    """The trials of the sweep, envs outermost, seeds innermost."""
-    return [Trial(env, core, seed) for env in cfg.envs for core in cfg.cores for seed in cfg.seeds]
+    """The trials of the sweep, envs outermost, then cores and variants, seeds innermost."""
+    return [Trial(env, core, seed, variant) for env in cfg.envs for core in cfg.cores for variant in variants(cfg)
+            for seed in cfg.seeds]
 
 
 def trial_config(trial: Trial, total_steps: int | None, train_flags: list[str], run_dir: str) -> TrainConfig:
     """The training config of one trial, from its launcher's defaults and flags (ConfigError for bad flags)."""
-    from launch import atari, maze
+    from launch import atari, maze, memory
 
-    argv = [*train_flags, "--core", trial.core, "--seed", str(trial.seed), "--run_dir", run_dir]
+    argv = [*train_flags, *trial.flags, "--core", trial.core, "--seed", str(trial.seed), "--run_dir", run_dir]
     if total_steps is not None:
         argv += ["--total_steps", str(total_steps)]
     if trial.env == "maze":
         return maze.load(argv)
+    if "/" in trial.env:
+        suite, entry = suite_env(trial.env)
+        return memory.env_config(memory.load(argv), suite, entry)
     return atari.load([*argv, "--game", trial.env])
+
+
+def trial_score(trial: Trial, run_dir: str) -> tuple[str, float]:
+    """(metric, value) of a finished trial: POPGym's MMER for a POPGym env, else the final mean return."""
+    from launch import memory
+
+    rows = read_csv(os.path.join(run_dir, CSV_NAME))
+    if "/" in trial.env:
+        return memory.score(*suite_env(trial.env), rows)
+    return "mean return", rows[-1]["mean_return"] if rows else math.nan
 
 
 def read_summary(run_dir: str) -> dict[str, Any] | None:
@@ -231,8 +288,11 @@ def trial_process(config: dict[str, Any], sender: Connection, parent: int) -> No
             result = train(cfg, on_update=report)
             if result["step"] < cfg.run.total_steps:  # stopped by a signal: not finished
                 raise RunFailure(f"training stopped at step {result['step']:,} of {cfg.run.total_steps:,}")
-            summary = {**dataclasses.asdict(trial), "total_steps": cfg.run.total_steps, "steps": result["step"],
-                       "episodes": result["episodes"], "mean_return": result["mean_return"], "sps": log_sps(run_dir)}
+            metric, score = trial_score(trial, run_dir)
+            summary = {"env": trial.env, "core": trial.core, "variant": trial.variant_name, "seed": trial.seed,
+                       "total_steps": cfg.run.total_steps, "steps": result["step"], "episodes": result["episodes"],
+                       "mean_return": result["mean_return"], "metric": metric, "score": score,
+                       "sps": log_sps(run_dir)}
             atomic_write_text(os.path.join(run_dir, SUMMARY_NAME), json.dumps(summary, indent=1) + "\n")
         sender.send(("done", summary))
     except UserError as e:
@@ -309,6 +369,7 @@ def make_tuner(cfg: SweepConfig, sweep_dir: str, tune: Any) -> Any:
         print(f"resuming the sweep in {sweep_dir}", flush=True)
         return tune.Tuner.restore(experiment, trainable=trainable, resume_unfinished=True, resume_errored=True)
     param_space = {"env": tune.grid_search(cfg.envs), "core": tune.grid_search(cfg.cores),
+                   "variant": tune.grid_search([list(map(list, v)) for v in variants(cfg)]),
                    "seed": tune.grid_search(cfg.seeds), "total_steps": cfg.total_steps,
                    "train_flags": cfg.train_flags, "cwd": os.getcwd(), "sweep_dir": sweep_dir}
     print(f"sweep of {len(grid(cfg))} trials in {sweep_dir}", flush=True)
@@ -373,31 +434,37 @@ def markdown_table(corner: str, rows: dict[str, str], columns: dict[str, str],
 
 
 def results_markdown(results: list[dict[str, Any]], name: str) -> str:
-    """``results.md``: per group of envs (the maze, Atari games), a table of the final mean
-    returns and one of the SPS, env rows × core columns, mean ± std over the seeds; Atari games
-    in the order and layout of the papers' Tables 9 and 10, followed by the paper's table when
-    the budget is one of theirs."""
+    """``results.md``: per group of envs (the maze and the memory suites; Atari games), a table
+    of the final scores and one of the SPS, env (and variant) rows × core columns, mean ± std
+    over the seeds. The score is the final mean return (POPGym: the MMER); Atari games are in the
+    order and layout of the papers' Tables 9 and 10, followed by the paper's table when the
+    budget is one of theirs."""
 
-    def values(env: str, core: str, key: str) -> list[float]:
-        return [r[key] for r in results if r["env"] == env and r["core"] == core]
+    def row_of(r: dict[str, Any]) -> str:
+        return r["env"] + (f" · {r['variant']}" if r.get("variant") else "")
+
+    def values(row: str, core: str, key: str) -> list[float]:
+        return [r.get(key, r["mean_return"]) for r in results if row_of(r) == row and r["core"] == core]
 
     seeds = sorted({r["seed"] for r in results})
     lines = [f"# Sweep {name}", "",
-             f"Mean ± std (sample) over seeds {', '.join(map(str, seeds))} of each run's final mean return "
-             "(the mean of its last log.return_window episodes) and of its SPS.", ""]
+             f"Mean ± std (sample) over seeds {', '.join(map(str, seeds))} of each run's final score (its mean "
+             "return over the last log.return_window episodes; POPGym: the MMER) and of its SPS.", ""]
     cores = list(dict.fromkeys(r["core"] for r in results))
-    maze = [r for r in results if r["env"] == "maze"]
-    if maze:
-        steps = sorted({r["total_steps"] for r in maze})
-        lines += [f"## Maze, {', '.join(f'{s:,}' for s in steps)} steps", ""]
-        for key, what in (("mean_return", "Mean return"), ("sps", "SPS")):
-            lines += [*markdown_table(what, {"maze": "maze"}, {c: c for c in cores},
-                                      lambda env, core, key=key: mean_std(values(env, core, key))), ""]
-    atari = [r for r in results if r["env"] != "maze"]
+    small = [r for r in results if r["env"] == "maze" or "/" in r["env"]]
+    if small:
+        steps = sorted({r["total_steps"] for r in small})
+        metrics = sorted({r.get("metric", "mean return") for r in small})
+        lines += [f"## Maze and memory suites, {', '.join(f'{s:,}' for s in steps)} steps", ""]
+        rows = {row: row for row in dict.fromkeys(row_of(r) for r in small)}
+        for key, what in (("score", f"Score ({', '.join(metrics)})"), ("sps", "SPS")):
+            lines += [*markdown_table(what, rows, {c: c for c in cores},
+                                      lambda row, core, key=key: mean_std(values(row, core, key))), ""]
+    atari = [r for r in results if r["env"] != "maze" and "/" not in r["env"]]
     if atari:
         label_of = {game: label for label, game in TABLE_ROWS.items()}
-        games = [g for g in TABLE_ROWS.values() if any(r["env"] == g for r in atari)]
-        games += [g for g in dict.fromkeys(r["env"] for r in atari) if g not in games]
+        games = [g for g in TABLE_ROWS.values() if any(row_of(r) == g for r in atari)]
+        games += [g for g in dict.fromkeys(row_of(r) for r in atari) if g not in games]
         rows = {g: label_of.get(g, g) for g in games}
         columns = {c: TABLE_COLUMNS[c] for c in TABLE_COLUMNS if c in cores}
         columns.update({c: c for c in cores if c not in columns})
@@ -441,7 +508,7 @@ def plot_curves(results: list[dict[str, Any]], sweep_dir: str) -> None:
 
     for env in dict.fromkeys(r["env"] for r in results):
         runs = [r["run_dir"] for r in results if r["env"] == env]
-        plot(runs, ["mean_return", "sps"], os.path.join(sweep_dir, f"curves-{env}.png"), title=env)
+        plot(runs, ["mean_return", "sps"], os.path.join(sweep_dir, f"curves-{env.replace('/', '_')}.png"), title=env)
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:

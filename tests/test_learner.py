@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from agents.learning.learner import compute_loss
+from agents.learning.losses import total_loss
 from agents.learning.training import Trainer
-from agents.learning.vtrace import total_loss
 from agents.run_config import build_model
 from launch.maze import load
 

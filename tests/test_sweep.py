@@ -147,7 +147,7 @@ def test_killed_sweep_resumes_without_redoing_finished_trials_and_writes_the_tab
     digits = 0 if abs(mean) >= 100 else 1 if abs(mean) >= 10 else 2  # as the papers print scores
     with open(os.path.join(sweep_dir, "results.md")) as f:
         markdown = f.read()
-    assert "| Mean return | lstm |" in markdown
+    assert "| Score (mean return) | lstm |" in markdown
     assert f"| maze | {mean:,.{digits}f} ± {std:,.{digits}f} |" in markdown
     assert os.path.getsize(os.path.join(sweep_dir, "curves-maze.png")) > 0
 
@@ -210,3 +210,35 @@ def test_a_sweep_directory_keeps_its_grid(tmp_path):
     sweep.check_same_sweep(sweep.load(["--dir", sweep_dir, "--cores", "[lstm]", "--max_concurrent", "4"]), sweep_dir)
     with pytest.raises(ConfigError, match=r"another grid: cores \(was \['lstm'\], now \['lstm', 'delta'\]\)"):
         sweep.check_same_sweep(sweep.load(["--dir", sweep_dir, "--cores", "[lstm,delta]"]), sweep_dir)
+
+
+def test_variants_multiply_the_grid_and_reach_each_trial(tmp_path):
+    cfg = sweep.load(["--envs", "[maze,popgym/RepeatPreviousEasy]", "--cores", "[lstm]", "--seeds", "[0,1]",
+                      "--variants", "{optim.lr: [1e-3, 2e-3], loss.popart: [true, false]}"])
+    trials = sweep.grid(cfg)
+    assert len(trials) == 2 * 4 * 2 and len({t.name for t in trials}) == len(trials)
+    trial = trials[2]
+    assert trial.variant == (("optim.lr", "0.001"), ("loss.popart", "false")) and trial.seed == 0
+    assert trial.name == "maze-lstm-optim.lr=0.001,loss.popart=false-s0"
+    config = sweep.trial_config(trial, 1000, [], str(tmp_path))
+    assert config.optim.lr == 1e-3 and config.loss.popart is False and config.run.total_steps == 1000
+    memory_trial = [t for t in trials if t.env.startswith("popgym")][-1]
+    config = sweep.trial_config(memory_trial, 1000, [], str(tmp_path / "m"))
+    assert config.env.id == "popgym:popgym-RepeatPreviousEasy-v0" and config.optim.lr == 2e-3
+    assert config.loss.popart is False and memory_trial.name.startswith("popgym_RepeatPreviousEasy-lstm-")
+    assert sweep.Trial.from_config({"env": "maze", "core": "lstm", "seed": 0, "variant": [["optim.lr", "1"]]}) \
+        == sweep.Trial("maze", "lstm", 0, (("optim.lr", "1"),))
+    assert len(sweep.grid(sweep.load(["--cores", "[lstm]", "--seeds", "[0]"]))) == 1  # no variants: one
+    with pytest.raises(ConfigError, match="no memory-suite env 'popgym/Nope'"):
+        sweep.load(["--envs", "[popgym/Nope]"])
+
+
+def test_results_table_has_a_row_per_env_and_variant():
+    results = [{"env": env, "core": "lstm", "seed": seed, "variant": variant, "total_steps": 1000, "steps": 1000,
+                "mean_return": 1.0, "metric": metric, "score": score + seed, "sps": 100.0, "run_dir": "x"}
+               for env, metric in (("maze", "mean return"), ("popgym/CountRecallEasy", "MMER"))
+               for variant, score in (("optim.lr=1", 10.0), ("optim.lr=2", 20.0)) for seed in (0, 1)]
+    markdown = sweep.results_markdown(results, "v")
+    assert "| Score (MMER, mean return) | lstm |" in markdown
+    assert "| maze · optim.lr=1 | 10.5 ± 0.7 |" in markdown
+    assert "| popgym/CountRecallEasy · optim.lr=2 | 20.5 ± 0.7 |" in markdown

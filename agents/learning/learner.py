@@ -28,20 +28,27 @@ from agents.acting.transport import Transport
 from agents.config import options, to_dict
 from agents.errors import ActorError, ConfigError
 from agents.learning.logger import Logger, RecentMean
+from agents.learning.losses import actor_critic_losses, total_loss
 from agents.learning.training import Trainer, configure_kernels, resolve_device
-from agents.learning.vtrace import impala_losses, total_loss
 from agents.network import AgentNet
+from agents.popart import PopArt
 from agents.run_config import TrainConfig, build_model, check_config
+from fastnet.feature_maps import redraw_random_features
 
 
-def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig) -> tuple[Tensor, dict[str, Tensor]]:
-    """The IMPALA loss on a batch of unrolls [T+1, N, ...] (layout of :mod:`agents.acting.transport`).
+def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig, old_values: Tensor | None = None,
+                 targets: list[Tensor] | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """The loss on a batch of unrolls [T+1, N, ...] (layout of :mod:`agents.acting.transport`):
+    IMPALA's, or PPO's clipped surrogate with ``loss.clip`` (:mod:`agents.learning.losses`).
 
     The model re-runs steps 0..T from the stored state; its logits and baselines at 0..T-1 are
     scored against the actions a_0..a_{T-1} (stored at 1..T), rewards r_1..r_T and discounts
-    γ·(1 − done_{t+1}); the baseline at step T bootstraps (V(x_T) in Eq. 1). The core's aux
+    γ·(1 − done_{t+1}); the baseline at step T bootstraps (V(x_T) in Eq. 1). The advantages and
+    value targets are computed here, from the values the network gives now. The core's aux
     losses (means over steps, e.g. MNM's meta loss) are multiplied by the T·N samples so that
-    an aux weight of 1 weighs them per sample like the summed IMPALA terms.
+    an aux weight of 1 weighs them per sample like the summed terms. ``old_values`` [T, N] are
+    the values before the batch's first update (for ``loss.value_clip``); the value targets are
+    appended to ``targets`` if it is given (for PopArt's statistics).
     """
     lc = cfg.loss
     state = tuple(batch[f"state_{i}"] for i in range(sum(k.startswith("state_") for k in batch)))
@@ -51,12 +58,72 @@ def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig) ->
     if cfg.network.reward_clip is not None:
         rewards = rewards.clamp(-cfg.network.reward_clip, cfg.network.reward_clip)
     discounts = (~batch["done"][1:]).float() * lc.discount
-    losses = impala_losses(logits[:-1], batch["logits"][1:], batch["action"][1:], rewards, discounts,
-                           baseline[:-1], baseline[-1], rho_bar=lc.rho_bar, c_bar=lc.c_bar)
-    num_samples = rewards.numel()  # the IMPALA terms are sums over T x N; aux losses are means
+    popart = model.baseline if isinstance(model.baseline, PopArt) else None
+    losses, value_targets = actor_critic_losses(
+        logits[:-1], batch["logits"][1:], batch["action"][1:], rewards, discounts, baseline[:-1], baseline[-1],
+        rho_bar=lc.rho_bar, c_bar=lc.c_bar, clip=lc.clip, estimator=lc.advantages, gae_lambda=lc.gae_lambda,
+        normalize_advantages=lc.normalize_advantages, value_scale=popart.sigma if popart is not None else None,
+        old_values=old_values, value_clip=lc.value_clip)
+    if targets is not None:
+        targets.append(value_targets)
+    num_samples = rewards.numel()  # the loss terms are sums over T x N; aux losses are means
     loss = total_loss(losses, lc.baseline_cost, lc.entropy_cost, {k: num_samples * v for k, v in aux.items()},
                       lc.aux_loss_weights)
     return loss, {**losses, **{f"aux_{k}": v for k, v in aux.items()}}
+
+
+def minibatch_columns(num_trajectories: int, minibatches: int, generator: torch.Generator) -> list[Tensor]:
+    """A random partition of the batch's trajectories 0..N-1 into ``minibatches`` groups of
+    (nearly) equal size."""
+    return list(torch.randperm(num_trajectories, generator=generator).tensor_split(minibatches))
+
+
+def select_trajectories(batch: dict[str, Tensor], columns: Tensor) -> dict[str, Tensor]:
+    """The trajectories ``columns`` of a batch: [T+1, N, ...] tensors along N, and the per-trajectory
+    ``state_i`` [N, ...] and ``env_slot`` [N] along their first dim."""
+    columns = columns.to(batch["reward"].device)
+    return {k: v[columns] if k.startswith("state_") or k == "env_slot" else v[:, columns] for k, v in batch.items()}
+
+
+def learn_from_batch(trainer: Trainer, model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig,
+                     generator: torch.Generator) -> dict[str, float]:
+    """``learner.epochs`` passes over ``batch``, each in ``learner.minibatches`` minibatches of
+    whole trajectories (a fresh random partition per pass), one optimiser step each, all with
+    the random features (FAVOR+) drawn once for the batch; then
+    PopArt's statistics move towards the value targets of the first pass. Returns the mean of
+    the updates' metrics (``nonfinite``: whether any update was skipped).
+
+    The advantages and value targets are recomputed in every minibatch from the network as it
+    is then: its forward pass gives the values anyway, and V-trace's importance weights then
+    correct for how far the current policy has moved from the behaviour policy. With one epoch
+    and one minibatch this is one IMPALA update on the whole batch, exactly as before.
+    """
+    lc = cfg.learner
+    num_trajectories = batch["reward"].shape[1]
+    redraw_random_features(model)  # once per batch: every update on it sees the same features
+    old_values = None
+    if cfg.loss.value_clip is not None:
+        with torch.no_grad():
+            state = tuple(batch[f"state_{i}"] for i in range(sum(k.startswith("state_") for k in batch)))
+            old_values = model(batch["obs"], batch["reward"], batch["action"], batch["done"], state,
+                               truncate_per_step=lc.truncate_per_step)[1][:-1]
+    popart = model.baseline if isinstance(model.baseline, PopArt) else None
+    targets: list[Tensor] = []
+    rows = []
+    for epoch in range(lc.epochs):
+        parts = [None] if lc.minibatches == 1 else minibatch_columns(num_trajectories, lc.minibatches, generator)
+        for columns in parts:
+            minibatch = batch if columns is None else select_trajectories(batch, columns)
+            minibatch_old = old_values if columns is None or old_values is None else old_values[:, columns.to(
+                old_values.device)]
+            rows.append(trainer.update(functools.partial(compute_loss, model, minibatch, cfg, minibatch_old,
+                                                         targets if popart is not None and epoch == 0 else None),
+                                       redraw=False))
+    if popart is not None:
+        popart.update(torch.cat([t.flatten() for t in targets]))
+    metrics = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
+    metrics["nonfinite"] = max(r["nonfinite"] for r in rows)
+    return metrics
 
 
 def make_transport(cfg: TrainConfig, model: AgentNet, device: torch.device, observation_shape: tuple[int, ...],
@@ -140,7 +207,8 @@ def _train(cfg: TrainConfig, on_update: Callable[[int, dict[str, float]], None] 
     model = build_model(cfg, obs_shape, num_actions).to(device)
     steps_per_update = cfg.learner.batch_size * cfg.actor.unroll_length
     run_dir = cfg.resolved_run_dir()
-    trainer = Trainer(model, cfg.optim, cfg.run.total_steps / steps_per_update, run_dir, cfg, cfg.run.keep_checkpoints)
+    optimiser_steps = cfg.run.total_steps / steps_per_update * cfg.learner.epochs * cfg.learner.minibatches
+    trainer = Trainer(model, cfg.optim, optimiser_steps, run_dir, cfg, cfg.run.keep_checkpoints)
     counters = {"step": 0, "updates": 0, "episodes": 0}
     returns = RecentMean(cfg.log.return_window)
     payload = trainer.resume(device, cfg.run.resume)
@@ -159,6 +227,8 @@ def _train(cfg: TrainConfig, on_update: Callable[[int, dict[str, float]], None] 
     transport = make_transport(cfg, model, device, obs_shape, obs_dtype, seeds,
                                seed=int(np.random.SeedSequence([cfg.run.seed, counters["step"]]).generate_state(1)[0]))
     model.train()
+    minibatch_generator = torch.Generator().manual_seed(
+        int(np.random.SeedSequence([cfg.run.seed, counters["step"], 1]).generate_state(1)[0]))
     last_ckpt = time.time()
     history: collections.deque[tuple[float, int, float]] = collections.deque(maxlen=20)  # (time, step, waited)
     waited, first = 0.0, None
@@ -171,7 +241,7 @@ def _train(cfg: TrainConfig, on_update: Callable[[int, dict[str, float]], None] 
                     break
                 waited += time.time() - t0
                 batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-                metrics = trainer.update(functools.partial(compute_loss, model, batch, cfg))
+                metrics = learn_from_batch(trainer, model, batch, cfg, minibatch_generator)
                 transport.publish_weights(model)
 
                 done = batch["done"][1:]

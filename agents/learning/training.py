@@ -119,8 +119,9 @@ class Trainer:
         save_yaml(self.config, os.path.join(self.run_dir, "config.yaml"))
         return found[1] if found else None
 
-    def update(self, loss_fn: Callable[[], tuple[Tensor, dict[str, Tensor]]]) -> dict[str, float]:
-        """One update: redraw FAVOR+ features, ``loss, terms = loss_fn()``, backward, clip, step.
+    def update(self, loss_fn: Callable[[], tuple[Tensor, dict[str, Tensor]]], redraw: bool = True) -> dict[str, float]:
+        """One update: redraw FAVOR+ features (unless ``redraw`` is false: the caller drew them for
+        several updates on one batch), ``loss, terms = loss_fn()``, backward, clip, step.
 
         An update whose loss or gradient norm is not finite is skipped (no optimiser or schedule
         step) and reported with ``nonfinite = 1``; after ``max_nonfinite_steps`` in a row,
@@ -129,7 +130,8 @@ class Trainer:
         :class:`NonFiniteError`, before the caller can hand the weights to the actors; the last
         checkpoint, written before, stays the run's.
         """
-        redraw_random_features(self.model)
+        if redraw:
+            redraw_random_features(self.model)
         loss, terms = loss_fn()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

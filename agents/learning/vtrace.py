@@ -1,4 +1,5 @@
-"""V-trace targets and the IMPALA loss (Espeholt et al., 2018, "IMPALA", §4).
+"""The advantage estimators: V-trace (Espeholt et al., 2018, "IMPALA", §4), off-policy, and GAE
+(Schulman et al., 2016), on-policy. The losses built on them are in :mod:`agents.learning.losses`.
 
 Shapes are time-major: [T, B]. ``log_rhos`` are log π(a_t|x_t) − log μ(a_t|x_t) for the
 target policy π (the learner) and the behaviour policy μ (the actor).
@@ -8,7 +9,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -50,38 +50,19 @@ def action_log_probs(logits: Tensor, actions: Tensor) -> Tensor:
     return torch.log_softmax(logits, dim=-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
 
 
-def impala_losses(target_logits: Tensor, behaviour_logits: Tensor, actions: Tensor, rewards: Tensor,
-                  discounts: Tensor, values: Tensor, bootstrap_value: Tensor, rho_bar: float = 1.0,
-                  c_bar: float = 1.0) -> dict[str, Tensor]:
-    """The three IMPALA loss terms, each summed over the T × B batch (as in torchbeast).
-
-    * ``pg_loss`` = −Σ ρ_s (r_s + γ v_{s+1} − V(x_s)) log π(a_s|x_s)  (§4.2, advantages held fixed);
-    * ``baseline_loss`` = ½ Σ (v_s − V(x_s))²  (the value loss, regressing V on the targets of Eq. 1);
-    * ``entropy`` = −Σ_s Σ_a π(a|x_s) log π(a|x_s)  (the entropy bonus term).
-
-    The total is pg_loss + baseline_cost · baseline_loss − entropy_cost · entropy (see
-    :func:`total_loss`). ``values`` [T, B] and ``bootstrap_value`` [B] are the learner's baselines.
-    """
-    target_log_probs = action_log_probs(target_logits, actions)
-    log_rhos = target_log_probs - action_log_probs(behaviour_logits, actions)
-    returns = vtrace(log_rhos.detach(), discounts, rewards, values.detach(), bootstrap_value.detach(),
-                     rho_bar=rho_bar, c_bar=c_bar)
-    log_policy = F.log_softmax(target_logits, dim=-1)
-    return {
-        "pg_loss": -(target_log_probs * returns.pg_advantages).sum(),
-        "baseline_loss": 0.5 * ((returns.vs - values) ** 2).sum(),
-        "entropy": -(log_policy.exp() * log_policy).sum(),
-    }
-
-
-def total_loss(losses: dict[str, Tensor], baseline_cost: float, entropy_cost: float,
-               aux: dict[str, Tensor] | None = None, aux_weights: dict[str, float] | None = None) -> Tensor:
-    """pg_loss + baseline_cost · baseline_loss − entropy_cost · entropy + Σ_k w_k · aux_k.
-
-    ``aux`` are the core's auxiliary losses (e.g. MNM's ``meta``); a name missing from
-    ``aux_weights`` has weight 1.
-    """
-    loss = losses["pg_loss"] + baseline_cost * losses["baseline_loss"] - entropy_cost * losses["entropy"]
-    for name, value in (aux or {}).items():
-        loss = loss + (aux_weights or {}).get(name, 1.0) * value
-    return loss
+@torch.no_grad()
+def gae(discounts: Tensor, rewards: Tensor, values: Tensor, bootstrap_value: Tensor, lam: float
+        ) -> tuple[Tensor, Tensor]:
+    """Generalised advantage estimation (Schulman et al., 2016, Eq. 16), on-policy (no
+    importance weights): A_s = Σ_{t≥s} (Π_{i=s}^{t−1} γ_i λ) δ_t with δ_t = r_t + γ_t V(x_{t+1})
+    − V(x_t), computed backwards as A_s = δ_s + γ_s λ A_{s+1} from A_T = 0, with V(x_T) =
+    ``bootstrap_value``. Returns (the value targets A_s + V(x_s), the advantages A_s), [T, B]."""
+    values_next = torch.cat([values[1:], bootstrap_value.unsqueeze(0)])
+    deltas = rewards + discounts * values_next - values
+    acc = torch.zeros_like(bootstrap_value)
+    advantages = []
+    for t in reversed(range(values.shape[0])):
+        acc = deltas[t] + discounts[t] * lam * acc
+        advantages.append(acc)
+    advantages = torch.stack(advantages[::-1])
+    return advantages + values, advantages

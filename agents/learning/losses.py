@@ -1,0 +1,93 @@
+"""The actor-critic losses of the learner: IMPALA's (Espeholt et al., 2018, §4) and, with a
+clip, the clipped surrogate of PPO (Schulman et al., 2017, Eq. 7) on the ratio of the current
+policy to the behaviour policy, as Sample Factory's APPO does.
+
+Each term is a sum over the T × B samples (as in torchbeast). The advantages and value targets
+come from V-trace (:func:`agents.learning.vtrace.vtrace`) or GAE (:func:`agents.learning.vtrace.gae`),
+computed from the values the network gives now.
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from agents.learning.vtrace import action_log_probs, gae, vtrace
+
+
+def actor_critic_losses(target_logits: Tensor, behaviour_logits: Tensor, actions: Tensor, rewards: Tensor,
+                        discounts: Tensor, values: Tensor, bootstrap_value: Tensor, *, rho_bar: float = 1.0,
+                        c_bar: float = 1.0, clip: Optional[float] = None,
+                        estimator: Literal["vtrace", "gae"] = "vtrace", gae_lambda: float = 0.95,
+                        normalize_advantages: bool = False, value_scale: Optional[Tensor] = None,
+                        old_values: Optional[Tensor] = None, value_clip: Optional[float] = None
+                        ) -> tuple[dict[str, Tensor], Tensor]:
+    """(terms, value targets): the policy, value and entropy terms, each summed over the T × B
+    batch (and, with a clip, the diagnostic ``clip_fraction``), and the value targets [T, B].
+
+    * ``pg_loss``: with ``clip`` None, IMPALA's −Σ A_s log π(a_s|x_s) (§4.2, advantages held
+      fixed), where A_s = ρ_s (r_s + γ_s v_{s+1} − V(x_s)) for V-trace and the GAE advantage for
+      GAE; with ``clip`` ε, PPO's −Σ min(r_s A_s, clip(r_s, 1 − ε, 1 + ε) A_s) with r_s = π/μ
+      and A_s = r_s + γ_s v_{s+1} − V(x_s) (the ratio now weighs the sample, so ρ does not).
+    * ``baseline_loss``: ½ Σ (v_s − V(x_s))², the value regressed on the targets (V-trace's v_s
+      of Eq. 1, or GAE's A_s + V(x_s)); with ``value_clip`` c and ``old_values`` V_old (the
+      values before this batch's updates), ½ Σ max((v_s − V)², (v_s − V_old − clip(V − V_old,
+      −c, c))²) (PPO's value clipping).
+    * ``entropy``: −Σ_s Σ_a π(a|x_s) log π(a|x_s).
+
+    ``value_scale`` σ (PopArt, Hessel et al. 2019, §2) divides the value errors, the value clip
+    and the advantages: the value is regressed in normalised units and the policy sees
+    advantages of unit scale. ``normalize_advantages`` standardises A over the batch. With the
+    defaults this is exactly IMPALA's loss.
+    """
+    target_log_probs = action_log_probs(target_logits, actions)
+    log_rhos = target_log_probs - action_log_probs(behaviour_logits, actions)
+    if estimator == "vtrace":
+        returns = vtrace(log_rhos.detach(), discounts, rewards, values.detach(), bootstrap_value.detach(),
+                         rho_bar=rho_bar, c_bar=c_bar)
+        targets, advantages = returns.vs, returns.pg_advantages
+        if clip is not None:  # the ratio weighs the sample: the advantage without ρ
+            targets_next = torch.cat([targets[1:], bootstrap_value.detach().unsqueeze(0)])
+            advantages = rewards + discounts * targets_next - values.detach()
+    else:
+        targets, advantages = gae(discounts, rewards, values.detach(), bootstrap_value.detach(), gae_lambda)
+    errors = targets - values
+    if value_scale is not None:
+        advantages, errors = advantages / value_scale, errors / value_scale
+    if normalize_advantages:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    terms = {}
+    if clip is None:
+        terms["pg_loss"] = -(target_log_probs * advantages).sum()
+    else:
+        ratio = torch.exp(log_rhos)
+        clipped = ratio.clamp(1.0 - clip, 1.0 + clip)
+        terms["pg_loss"] = -torch.minimum(ratio * advantages, clipped * advantages).sum()
+        terms["clip_fraction"] = ((ratio - 1.0).abs() > clip).float().mean().detach()
+    if value_clip is not None and old_values is not None:
+        bound = value_clip if value_scale is None else value_clip * value_scale
+        clipped_values = old_values + (values - old_values).clamp(-bound, bound)
+        clipped_errors = targets - clipped_values
+        if value_scale is not None:
+            clipped_errors = clipped_errors / value_scale
+        terms["baseline_loss"] = 0.5 * torch.maximum(errors ** 2, clipped_errors ** 2).sum()
+    else:
+        terms["baseline_loss"] = 0.5 * (errors ** 2).sum()
+    log_policy = F.log_softmax(target_logits, dim=-1)
+    terms["entropy"] = -(log_policy.exp() * log_policy).sum()
+    return terms, targets
+
+
+def total_loss(losses: dict[str, Tensor], baseline_cost: float, entropy_cost: float,
+               aux: dict[str, Tensor] | None = None, aux_weights: dict[str, float] | None = None) -> Tensor:
+    """pg_loss + baseline_cost · baseline_loss − entropy_cost · entropy + Σ_k w_k · aux_k.
+
+    ``aux`` are the core's auxiliary losses (e.g. MNM's ``meta``); a name missing from
+    ``aux_weights`` has weight 1.
+    """
+    loss = losses["pg_loss"] + baseline_cost * losses["baseline_loss"] - entropy_cost * losses["entropy"]
+    for name, value in (aux or {}).items():
+        loss = loss + (aux_weights or {}).get(name, 1.0) * value
+    return loss
