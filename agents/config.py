@@ -57,10 +57,12 @@ class Selector:
 
 def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], defaults_path: str,
           selectors: tuple[Selector, ...] = (), short_flags: dict[str, str] | None = None,
-          prog: str | None = None, description: str | None = None) -> C:
+          prog: str | None = None, description: str | None = None, presets: dict[str, str] | None = None) -> C:
     """The config of ``make_schema(names)`` from ``defaults_path``, ``--config FILE`` and ``argv``.
 
-    ``names`` maps each selector's section (``"core"``) to the chosen name. ``short_flags`` maps
+    ``names`` maps each selector's section (``"core"``) to the chosen name. ``presets`` names
+    more presets to apply after the selectors' (``{"env": "CountRecallEasy"}`` applies
+    ``presets.env.CountRecallEasy``), below the flags like the others. ``short_flags`` maps
     short flags to dotted keys (``{"--total_steps": "run.total_steps"}``). ``--help`` and
     ``--print_config`` print and raise ``SystemExit(0)``; bad input raises :class:`ConfigError`.
     """
@@ -77,7 +79,8 @@ def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], def
         if name not in sel.choices:
             raise ConfigError(f"--{sel.key}: unknown {sel.kind} {name!r}; choose one of: {', '.join(sel.choices)}")
         names[section] = name
-    raw = deep_merge(apply_presets(defaults, names), apply_presets(user, names))
+    chosen = {**names, **(presets or {})}
+    raw = deep_merge(apply_presets(defaults, chosen), apply_presets(user, chosen))
     for sel in selectors:  # the chosen name, wherever it came from (a repeated flag: the last)
         section, _, field_name = sel.key.rpartition(".")
         raw[section] = {**(raw.get(section) or {}), field_name: names[section]}

@@ -130,6 +130,10 @@ class ActorConfig:
     """Server mode: the most envs one inference batch serves (0: all)."""
     server_max_wait_ms: NonNegativeFloat = 2.0
     """Server mode: how long a batch waits for more envs after the first is ready."""
+    worker_splits: PositiveInt = 2
+    """Server mode: groups each worker's envs take turns in, stepping one while the server acts for another."""
+    server_side_stream: bool = False
+    """Server mode on CUDA: the inference loop on a stream of its own, with events (not yet measured on a GPU)."""
     backend: Literal["local", "ray"] = "local"
     """Where the actors run: processes on this machine (local), or actor hosts across a Ray cluster (ray)."""
     start_method: Literal["fork", "spawn", "forkserver"] = "fork"
@@ -242,14 +246,25 @@ def config_from_dict(data: dict[str, Any], source: str) -> TrainConfig:
     return from_dict(rl_schema(data["env"]["name"], data["core"]["name"]), data, source)
 
 
-def check_config(cfg: TrainConfig) -> None:
-    """ConfigError for settings that are valid alone but not together."""
+def inference_mode(cfg: TrainConfig, device_type: str) -> str:
+    """Where the policy acts: ``actor.inference``, with auto resolved (server on CUDA)."""
+    if cfg.actor.inference != "auto":
+        return cfg.actor.inference
+    return "server" if device_type == "cuda" and cfg.actor.backend == "local" else "actor"
+
+
+def check_config(cfg: TrainConfig, device_type: str = "cpu") -> None:
+    """ConfigError for settings that are valid alone but not together (on a learner device of
+    type ``device_type``)."""
     check(cfg.learner.batch_size % cfg.actor.envs_per_actor == 0, "learner.batch_size",
           f"{cfg.learner.batch_size} must be a multiple of actor.envs_per_actor ({cfg.actor.envs_per_actor}), "
           "the trajectories an actor fills at once")
     check(cfg.actor.backend != "ray" or cfg.actor.inference != "server", "actor.inference",
           "server mode runs on the local backend only; with actor.backend ray the hosts act with CPU copies of "
           "the policy (use actor or auto)")
+    check(inference_mode(cfg, device_type) != "server" or cfg.actor.envs_per_actor % cfg.actor.worker_splits == 0,
+          "actor.worker_splits", f"{cfg.actor.worker_splits} must divide actor.envs_per_actor "
+          f"({cfg.actor.envs_per_actor}): server mode splits each worker's envs into that many groups")
 
 
 def build_model(cfg: TrainConfig, observation_shape: tuple[int, ...], num_actions: int) -> AgentNet:

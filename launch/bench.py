@@ -5,6 +5,7 @@
     python launch/bench.py atari     # actor-side steps/s (env + policy) vs raw AtariVectorEnv, same N
     python launch/bench.py inference --env maze    # raw envs, actor mode, server mode, zero-cost server
     python launch/bench.py backends --env maze     # end-to-end training SPS: local backend vs Ray
+    python launch/bench.py peers --env maze        # returns at equal steps beside sb3-contrib's RecurrentPPO
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import torch
 
 from envs.maze_reference import PyMaze
 from fastnet import CORES, make_core
+from launch import peers
 
 
 def _release_freed_memory() -> None:
@@ -494,6 +496,7 @@ def main(argv: list[str] | None = None) -> None:
     backends.add_argument("--flags", nargs=argparse.REMAINDER, default=[],
                           help="more flags for both runs, e.g. --flags --num_actors 4 (last)")
     backends.set_defaults(run=bench_backends)
+    peers.add_parser(sub)
     args = parser.parse_args(argv)
     args.run(args)
 

@@ -46,11 +46,12 @@ def memory_schema(core: str) -> type:
                               "    suite: The suite to run: popgym, bsuite, minigrid, memorygym, or all of them."})
 
 
-def load(argv: list[str]) -> Any:
-    """The resolved config of ``argv`` (ConfigError for bad input)."""
+def load(argv: list[str], env: str | None = None) -> Any:
+    """The resolved config of ``argv``, with the presets of the suite env named ``env`` if given
+    (``presets.env.<name>`` of memory.yaml: its unroll, batch, discount); ConfigError for bad input."""
     return parse(lambda names: memory_schema(names["core"]), argv, DEFAULTS,
                  (Selector("core.name", tuple(CORES), "core"),), SHORT_FLAGS, prog="launch/memory.py",
-                 description=__doc__.split("\n")[0])
+                 description=__doc__.split("\n")[0], presets={"env": env} if env else None)
 
 
 def env_config(cfg: Any, suite: str, entry: SuiteEnv) -> TrainConfig:
@@ -92,7 +93,7 @@ def run(argv: list[str]) -> list[dict[str, Any]]:
                 print(f"skipping {suite}/{entry.name}: {entry.package} is not installed "
                       "(pip install -e '.[memory]')", flush=True)
                 continue
-            env_cfg = env_config(cfg, suite, entry)
+            env_cfg = env_config(load(argv, entry.name), suite, entry)
             print(f"== {suite}/{entry.name} with {cfg.core.name}: {env_cfg.run.run_dir}", flush=True)
             train(env_cfg)
             rows = read_csv(os.path.join(env_cfg.run.run_dir, CSV_NAME))

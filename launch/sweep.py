@@ -196,7 +196,7 @@ def trial_config(trial: Trial, total_steps: int | None, train_flags: list[str], 
         return maze.load(argv)
     if "/" in trial.env:
         suite, entry = suite_env(trial.env)
-        return memory.env_config(memory.load(argv), suite, entry)
+        return memory.env_config(memory.load(argv, entry.name), suite, entry)
     return atari.load([*argv, "--game", trial.env])
 
 

@@ -1,27 +1,36 @@
 """Server mode: env workers only step envs; one inference loop runs the policy batched on the
 learner's device (the design of SEED RL, Espeholt et al. 2020, and Sample Factory).
 
-* Each of ``num_workers`` processes steps ``envs_per_worker`` envs. It writes observations,
-  rewards and dones into its shared slot, puts its index on ``ready`` and waits on its own
-  ``acted`` pipe for the actions.
-* The inference loop (a thread of the learner's process) takes whichever workers are ready
+* Each of ``num_workers`` processes steps ``envs_per_worker`` envs, split into
+  ``worker_splits`` *units* of ``envs_per_worker / worker_splits`` envs that take turns (Sample
+  Factory's double buffering): for each unit the worker writes observations, rewards and dones
+  into the unit's shared slot, puts the unit's index on ``ready``, and steps whichever of its
+  units gets its actions next, so that it steps one unit while the server acts for another.
+* The inference loop (a thread of the learner's process) takes whichever units are ready
   (dynamic batching: up to ``max_batch_envs`` envs, waiting at most ``max_wait_ms`` after the
   first), runs ``policy.act`` once for all their envs, and writes the actions back. It acts with
-  the learner's model itself, so it always has the latest weights and nothing is copied. The
-  behaviour logits are stored with each step, so V-trace corrects for weights that change
-  during an unroll (or during a batch, since updates are not locked out).
+  its own copy of the policy, which :meth:`InferenceServer.publish_weights` overwrites after each
+  update under a lock that the loop holds while it acts: every inference batch sees one version
+  of the weights (and of FAVOR+'s random features), never a half-written update, and never
+  weights the learner has not checked. The behaviour logits are stored with each step, so
+  V-trace corrects for weights that change during an unroll.
 * The core state of every env lives in one table on the device, one row per env; the core
-  zeroes a row itself where ``done`` starts an episode.
+  zeroes a row itself where ``done`` starts an episode. Env ``i`` of unit ``u`` is row
+  ``u * envs_per_unit + i``, which is env ``j`` of worker ``w`` at row ``w * envs_per_worker + j``.
 * Unrolls are written where the learner reads them: into batch buffers [T+1, batch_size, ...]
-  on the device, each split into groups of ``envs_per_worker`` columns. A worker's unroll takes
-  a free group; a batch whose groups are all written goes to the learner, which uses it in place
+  on the device, each split into groups of ``envs_per_unit`` columns. A unit's unroll takes a
+  free group; a batch whose groups are all written goes to the learner, which uses it in place
   and hands it back with its next :meth:`InferenceServer.get_batch`. When no group is free (the
-  learner is behind) the worker waits, which is the backpressure; the others go on.
+  learner is behind) the unit waits, which is the backpressure; the others go on.
+* On CUDA the loop and the learner share the device's stream, which keeps their work in order
+  without events; ``side_stream`` gives the loop a stream of its own, with an event at each
+  handover of a batch (not yet measured on a GPU, so off by default).
 """
 from __future__ import annotations
 
 import collections
 import contextlib
+import copy
 import math
 import os
 import queue
@@ -55,31 +64,44 @@ def create_slots(num_workers: int, num_envs: int, observation_shape: tuple[int, 
     return {key: slot.share_memory_() for key, slot in slots.items()}
 
 
-def env_worker_loop(env_name: str, env_options: dict[str, Any], num_envs: int, seed: int, index: int,
+def split_seed(seed: int, split: int) -> int:
+    """The seed of the envs of split ``split`` of a worker seeded ``seed`` (split 0 keeps it)."""
+    return seed if split == 0 else int(np.random.SeedSequence([seed, split]).generate_state(1)[0])
+
+
+def env_worker_loop(env_name: str, env_options: dict[str, Any], num_envs: int, splits: int, seed: int, index: int,
                     slots: dict[str, Tensor], ready: IndexQueue, acted: IndexQueue, stop: PipeFlag) -> None:
-    """Process body: step the envs with the actions the server writes, until ``stop`` is set or
-    the learner dies."""
+    """Process body: step the worker's ``num_envs`` envs, as ``splits`` groups of
+    ``num_envs // splits`` (the server's units ``index * splits + s``, each a batched env of its
+    own, seeded :func:`split_seed`), with the actions the server writes, until ``stop`` is set or
+    the learner dies. Each group is stepped as soon as its actions come, so while the server acts
+    for one group the worker steps another (Sample Factory's double buffering)."""
     import envs
 
     parent = os.getppid()
     torch.set_num_threads(1)
-    env = envs.make(env_name, num_envs=num_envs, seed=seed, **env_options)
-    slots["obs"][index] = torch.from_numpy(env.reset())
-    slots["done"][index] = True  # reward, action and the episode totals start at 0
-    ready.put(index)
+    groups = [envs.make(env_name, num_envs=num_envs // splits, seed=split_seed(seed, s), **env_options)
+              for s in range(splits)]
+    for s, env in enumerate(groups):
+        unit = index * splits + s
+        slots["obs"][unit] = torch.from_numpy(env.reset())
+        slots["done"][unit] = True  # reward, action and the episode totals start at 0
+        ready.put(unit)
     while not stop.is_set() and os.getppid() == parent:  # a worker whose learner was killed exits
         try:
-            acted.get(timeout=0.5)
+            s = acted.get(timeout=0.5)
         except queue.Empty:
             continue
-        obs, reward, done, info = env.step(slots["action"][index].numpy())
+        unit = index * splits + s
+        obs, reward, done, info = groups[s].step(slots["action"][unit].numpy())
         step = {"obs": obs, "reward": reward, "done": done,
                 "episode_return": np.asarray(info["episode_return"], np.float32),
                 "episode_length": np.asarray(info["episode_length"], np.int32)}
         for key in STEP_KEYS:
-            slots[key][index] = torch.from_numpy(step[key])
-        ready.put(index)
-    env.close()
+            slots[key][unit] = torch.from_numpy(step[key])
+        ready.put(unit)
+    for env in groups:
+        env.close()
 
 
 class InferenceServer(Transport):
@@ -88,31 +110,42 @@ class InferenceServer(Transport):
     def __init__(self, policy: nn.Module, env_name: str, env_options: dict[str, Any], num_workers: int,
                  envs_per_worker: int, unroll_length: int, batch_size: int, observation_shape: tuple[int, ...],
                  observation_dtype: torch.dtype, seeds: list[int], device: torch.device, max_batch_envs: int = 0,
-                 max_wait_ms: float = 2.0, start_method: str = "fork", sample: bool = True, seed: int = 0):
+                 max_wait_ms: float = 2.0, start_method: str = "fork", sample: bool = True, seed: int = 0,
+                 worker_splits: int = 1, side_stream: bool = False):
         """``policy`` is the learner's model (anything with ``num_actions``, ``initial_state`` and
-        ``act`` as :class:`agents.network.AgentNet`), on ``device``; ``batch_size`` must be a
-        multiple of ``envs_per_worker``; ``max_batch_envs`` 0 means all envs; ``sample`` false
-        takes the argmax action; ``seed`` seeds the sampling."""
-        if batch_size % envs_per_worker:
-            raise ValueError(f"batch_size {batch_size} is not a multiple of envs_per_worker {envs_per_worker}")
-        self.policy, self.device, self.sample = policy, device, sample
-        self.num_workers, self.envs_per_worker, self.unroll_length = num_workers, envs_per_worker, unroll_length
-        self.groups_per_batch = batch_size // envs_per_worker
-        # Workers hold at most num_workers groups, which the FIFO below keeps within
-        # ceil(num_workers / groups_per_batch) + 1 batches; one more is the learner's, one is ready.
-        num_batches = math.ceil(num_workers / self.groups_per_batch) + 3
+        ``act`` as :class:`agents.network.AgentNet`), on ``device``: the server acts with a copy
+        of it that :meth:`publish_weights` updates. ``worker_splits`` divides each worker's envs
+        into that many units that take turns; ``batch_size`` must be a multiple of the envs per
+        unit; ``max_batch_envs`` 0 means all envs; ``sample`` false takes the
+        argmax action; ``seed`` seeds the sampling; ``side_stream`` runs the loop on a CUDA
+        stream of its own, with events at each handover (not yet measured on a GPU)."""
+        if envs_per_worker % worker_splits:
+            raise ValueError(f"envs_per_worker {envs_per_worker} is not a multiple of worker_splits {worker_splits}")
+        if batch_size % (envs_per_worker // worker_splits):
+            raise ValueError(f"batch_size {batch_size} is not a multiple of the envs per unit, "
+                             f"{envs_per_worker // worker_splits}")
+        self.policy = copy.deepcopy(policy).eval()  # as the actors' copies: no FAVOR+ redraws of its own
+        self.device, self.sample = device, sample
+        self.side_stream = side_stream and device.type == "cuda"
+        self.weights_lock = threading.Lock()  # held by the loop while it acts, and by publish_weights
+        self.num_workers, self.splits, self.unroll_length = num_workers, worker_splits, unroll_length
+        self.num_units, self.envs_per_unit = num_workers * worker_splits, envs_per_worker // worker_splits
+        self.groups_per_batch = batch_size // self.envs_per_unit
+        # Units hold at most num_units groups, which the FIFO below keeps within
+        # ceil(num_units / groups_per_batch) + 1 batches; one more is the learner's, one is ready.
+        num_batches = math.ceil(self.num_units / self.groups_per_batch) + 3
         # One set of tensors per batch: the learner's autograd checks that the tensors it saved
         # are not written meanwhile, which it would see as writes to a shared tensor.
         self.batches = [{**{key: buf[0] for key, buf in create_buffers(
             1, unroll_length, batch_size, observation_shape, observation_dtype, policy.num_actions,
             policy.initial_state(batch_size, device), device).items()},
             "env_slot": torch.zeros(batch_size, dtype=torch.int64, device=device)} for _ in range(num_batches)]
-        self.slots = create_slots(num_workers, envs_per_worker, observation_shape, observation_dtype)
+        self.slots = create_slots(self.num_units, self.envs_per_unit, observation_shape, observation_dtype)
         num_envs = num_workers * envs_per_worker
         self.max_batch_envs = max_batch_envs or num_envs
         self.max_wait_s = max_wait_ms / 1e3
-        spans = max(num_workers, self.groups_per_batch)  # spans[k]: the E indices k*E .. k*E + E-1
-        self.spans = torch.arange(spans * envs_per_worker, device=device).view(spans, envs_per_worker)
+        spans = max(self.num_units, self.groups_per_batch)  # spans[k]: the e indices k*e .. k*e + e-1
+        self.spans = torch.arange(spans * self.envs_per_unit, device=device).view(spans, self.envs_per_unit)
         self.state_table = tuple(policy.initial_state(num_envs, device))
         self.prev_action = torch.zeros(num_envs, dtype=torch.int64, device=device)
         self.prev_logits = torch.zeros((num_envs, policy.num_actions), device=device)
@@ -120,16 +153,17 @@ class InferenceServer(Transport):
         self.generator.manual_seed(seed)
         self.ready, self.acted = IndexQueue(), [IndexQueue() for _ in range(num_workers)]
         self.workers = WorkerProcesses(
-            env_worker_loop, [(env_name, env_options, envs_per_worker, seeds[i], i, self.slots, self.ready,
-                               self.acted[i]) for i in range(num_workers)], "env worker", start_method)
+            env_worker_loop, [(env_name, env_options, envs_per_worker, worker_splits, seeds[i], i, self.slots,
+                               self.ready, self.acted[i]) for i in range(num_workers)], "env worker", start_method)
         self.processes = self.workers.processes
         # The loop's bookkeeping (only its thread touches these): free groups (batch, group) in
-        # FIFO order, each worker's group and next step, the groups written per batch.
+        # FIFO order, each unit's group and next step, the groups written per batch.
         self.free_groups = collections.deque((b, g) for b in range(num_batches) for g in range(self.groups_per_batch))
-        self.group: list[tuple[int, int] | None] = [None] * num_workers
-        self.step_in_unroll = [0] * num_workers
+        self.group: list[tuple[int, int] | None] = [None] * self.num_units
+        self.step_in_unroll = [0] * self.num_units
         self.groups_written = [0] * num_batches
-        # Batches handed over, each with a CUDA event after which its writes (or reads) are done.
+        # Batches handed over, each with a CUDA event after which its writes (or reads) are done
+        # (None but with the side stream: one stream keeps the two threads' work in order).
         self.full: queue.Queue[tuple[int, Any]] = queue.Queue()  # loop -> learner
         self.released: queue.Queue[tuple[int, Any]] = queue.Queue()  # learner -> loop
         self.held: int | None = None  # the batch the learner is using
@@ -166,7 +200,10 @@ class InferenceServer(Transport):
             return self.batches[b]
 
     def publish_weights(self, model: nn.Module) -> None:
-        """Nothing to do: the loop acts with the learner's model itself."""
+        """Copy the learner's weights (and buffers: FAVOR+ projections, PopArt statistics) into
+        the loop's policy, between two inference batches: each batch acts with one version."""
+        with self.weights_lock:
+            self.policy.load_state_dict(model.state_dict())
 
     def stats(self) -> dict[str, float]:
         """The mean envs per inference batch since the last call (how well dynamic batching batches)."""
@@ -194,15 +231,15 @@ class InferenceServer(Transport):
     # --- the inference loop ---------------------------------------------------------------
 
     def _loop(self) -> None:
-        stalled: list[int] = []  # workers at the start of an unroll that found no free group
+        stalled: list[int] = []  # units at the start of an unroll that found no free group
         try:
-            stream = torch.cuda.stream(torch.cuda.Stream(self.device)) if self.device.type == "cuda" \
+            stream = torch.cuda.stream(torch.cuda.Stream(self.device)) if self.side_stream \
                 else contextlib.nullcontext()
-            with torch.no_grad(), stream:  # on CUDA, its own stream: not queued behind the learner's kernels
+            with torch.no_grad(), stream:
                 while not self.stopping.is_set():
-                    workers = self._collect(stalled)
-                    if workers:
-                        self._serve(workers, stalled)
+                    units = self._collect(stalled)
+                    if units:
+                        self._serve(units, stalled)
         except UserError as e:  # e.g. non-finite logits: the run's one line, no traceback
             self.failure = e
         except BaseException:
@@ -210,18 +247,18 @@ class InferenceServer(Transport):
             print(f"the inference loop crashed:\n{self.error}", flush=True)
 
     def _collect(self, stalled: list[int]) -> list[int]:
-        """Dynamic batching: the workers to serve now. Stalled workers come first once a group is
-        free. Waits up to 0.1 s for the first ready worker, then for more until ``max_batch_envs``
-        envs are ready or ``max_wait`` has passed; a worker that comes later is in the next batch."""
-        workers: list[int] = []
+        """Dynamic batching: the units to serve now. Stalled units come first once a group is
+        free. Waits up to 0.1 s for the first ready unit, then for more until ``max_batch_envs``
+        envs are ready or ``max_wait`` has passed; a unit that comes later is in the next batch."""
+        units: list[int] = []
         deadline = None
-        while len(workers) * self.envs_per_worker < self.max_batch_envs:
+        while len(units) * self.envs_per_unit < self.max_batch_envs:
             while not self.released.empty():  # the learner handed back a batch: its groups are free
                 b, read = self.released.get()
                 self._wait(read)
                 self.free_groups.extend((b, g) for g in range(self.groups_per_batch))
             if stalled and self.free_groups:
-                workers += stalled
+                units += stalled
                 stalled.clear()
                 deadline = deadline or time.monotonic() + self.max_wait_s
                 continue
@@ -231,38 +268,38 @@ class InferenceServer(Transport):
             except queue.Empty:
                 break
             if i != WAKE:
-                workers.append(i)
+                units.append(i)
                 deadline = deadline or time.monotonic() + self.max_wait_s
-        return workers
+        return units
 
-    def _serve(self, workers: list[int], stalled: list[int]) -> None:
-        """Write the workers' steps into their unrolls, act for them, and hand out full batches."""
-        E, T = self.envs_per_worker, self.unroll_length
-        rows: list[tuple[int, int, int, int]] = []  # (worker, batch, step, group) of each step to write
-        starts: list[tuple[int, int, int]] = []  # (worker, batch, group) of each unroll that starts here
+    def _serve(self, units: list[int], stalled: list[int]) -> None:
+        """Write the units' steps into their unrolls, act for them, and hand out full batches."""
+        E, T = self.envs_per_unit, self.unroll_length
+        rows: list[tuple[int, int, int, int]] = []  # (unit, batch, step, group) of each step to write
+        starts: list[tuple[int, int, int]] = []  # (unit, batch, group) of each unroll that starts here
         finished: list[int] = []  # batch of each group that is now complete
         acting: list[int] = []
-        for w in workers:
-            if self.group[w] is not None:
-                b, g = self.group[w]
-                rows.append((w, b, self.step_in_unroll[w], g))
-                self.step_in_unroll[w] += 1
-                if self.step_in_unroll[w] > T:
+        for u in units:
+            if self.group[u] is not None:
+                b, g = self.group[u]
+                rows.append((u, b, self.step_in_unroll[u], g))
+                self.step_in_unroll[u] += 1
+                if self.step_in_unroll[u] > T:
                     finished.append(b)
-                    self.group[w] = None
-            if self.group[w] is None:  # step 0 of the next unroll repeats step T of the last
+                    self.group[u] = None
+            if self.group[u] is None:  # step 0 of the next unroll repeats step T of the last
                 if not self.free_groups:
-                    stalled.append(w)  # the backpressure: served once the learner hands a batch back
+                    stalled.append(u)  # the backpressure: served once the learner hands a batch back
                     continue
-                b, g = self.group[w] = self.free_groups.popleft()
-                rows.append((w, b, 0, g))
-                starts.append((w, b, g))
-                self.step_in_unroll[w] = 1
-            acting.append(w)
+                b, g = self.group[u] = self.free_groups.popleft()
+                rows.append((u, b, 0, g))
+                starts.append((u, b, g))
+                self.step_in_unroll[u] = 1
+            acting.append(u)
 
-        # One copy of the workers' steps to the device, then one scatter per key and batch.
+        # One copy of the units' steps to the device, then one scatter per key and batch.
         seen = list(dict.fromkeys(r[0] for r in rows))
-        position = {w: i for i, w in enumerate(seen)}
+        position = {u: i for i, u in enumerate(seen)}
         step = {key: self.slots[key][seen].flatten(0, 1).to(self.device, non_blocking=True) for key in STEP_KEYS}
         for b in dict.fromkeys(r[1] for r in rows):
             batch, mine = self.batches[b], [r for r in rows if r[1] == b]
@@ -280,19 +317,20 @@ class InferenceServer(Transport):
             batch["env_slot"][col] = env
 
         if acting:
-            src, env = self._columns([position[w] for w in acting], acting)
-            action, logits, state = self.policy.act(step["obs"][src], step["reward"][src], self.prev_action[env],
-                                                    step["done"][src], tuple(s[env] for s in self.state_table),
-                                                    sample=self.sample, generator=self.generator)
+            src, env = self._columns([position[u] for u in acting], acting)
+            with self.weights_lock:
+                action, logits, state = self.policy.act(step["obs"][src], step["reward"][src], self.prev_action[env],
+                                                        step["done"][src], tuple(s[env] for s in self.state_table),
+                                                        sample=self.sample, generator=self.generator)
             for table, s in zip(self.state_table, state):
                 table[env] = s
             self.prev_action[env] = action
             self.prev_logits[env] = logits
             actions = action.view(len(acting), -1).cpu()
             check_actions(actions)
-            self.slots["action"][acting] = actions  # worker w owns row w
-            for w in acting:
-                self.acted[w].put(0)
+            self.slots["action"][acting] = actions  # unit u owns row u
+            for u in acting:
+                self.acted[u // self.splits].put(u % self.splits)
             self.served[0] += 1
             self.served[1] += len(acting) * E
         for b in finished:
@@ -302,8 +340,8 @@ class InferenceServer(Transport):
                 self.full.put((b, self._event()))
 
     def _event(self) -> torch.cuda.Event | None:
-        """A CUDA event recorded on this thread's current stream (None on the CPU)."""
-        if self.device.type != "cuda":
+        """A CUDA event recorded on this thread's current stream (None but with the side stream)."""
+        if not self.side_stream:
             return None
         event = torch.cuda.Event()
         event.record()

@@ -32,7 +32,7 @@ from agents.learning.losses import actor_critic_losses, total_loss
 from agents.learning.training import Trainer, configure_kernels, resolve_device
 from agents.network import AgentNet
 from agents.popart import PopArt
-from agents.run_config import TrainConfig, build_model, check_config
+from agents.run_config import TrainConfig, build_model, check_config, inference_mode
 from fastnet.feature_maps import redraw_random_features
 
 
@@ -134,11 +134,11 @@ def make_transport(cfg: TrainConfig, model: AgentNet, device: torch.device, obse
     if ac.backend == "ray":
         return RayTransport(to_dict(cfg), model, ac.num_actors, ac.envs_per_actor,
                             cfg.learner.batch_size // ac.envs_per_actor, seeds, cfg.ray)
-    inference = ac.inference if ac.inference != "auto" else "server" if device.type == "cuda" else "actor"
-    if inference == "server":
+    if inference_mode(cfg, device.type) == "server":
         return InferenceServer(model, cfg.env.name, env_options, ac.num_actors, ac.envs_per_actor, ac.unroll_length,
                                cfg.learner.batch_size, observation_shape, observation_dtype, seeds, device,
-                               ac.server_max_batch, ac.server_max_wait_ms, ac.start_method, seed=seed)
+                               ac.server_max_batch, ac.server_max_wait_ms, ac.start_method, seed=seed,
+                               worker_splits=ac.worker_splits, side_stream=ac.server_side_stream)
     actor_model = build_model(cfg, observation_shape, model.num_actions)
     actor_model.load_state_dict(model.state_dict())
     actor_model.share_memory()
@@ -191,6 +191,7 @@ def _train(cfg: TrainConfig, on_update: Callable[[int, dict[str, float]], None] 
     import envs
 
     device = resolve_device(cfg.run.device)
+    check_config(cfg, device.type)
     configure_kernels(cfg.run.kernels, device)
     if cfg.run.num_threads:
         torch.set_num_threads(cfg.run.num_threads)

@@ -1,0 +1,239 @@
+"""``launch/bench.py peers``: DeltaBeast beside sb3-contrib's RecurrentPPO on the same envs, at
+equal environment steps (the optional ``peers`` extra: ``pip install -e '.[peers]'``).
+
+    python launch/bench.py peers --env maze --steps 1000000 --seeds 0 1 2
+    python launch/bench.py peers --env popgym/RepeatPreviousEasy --steps 1000000 --docs
+
+Each seed runs DeltaBeast (the env's launcher config: launch/maze.py, or launch/memory.py's for a
+``<suite>/<env>``, plus any ``--flags``) and then RecurrentPPO, one after the other, on the same
+env. RecurrentPPO takes sb3-contrib's documented ``MlpLstmPolicy`` with the settings of the
+issue that asked for this comparison (16 envs, n_steps 128, batch 128, 4 epochs, lr 3e-4, GAE
+λ 0.95, clip 0.2), an LSTM as wide as DeltaBeast's lstm (128), and the same discount as the
+DeltaBeast config. Both see the same observations (the env's, flattened); DeltaBeast also feeds
+its core the previous reward and action, as it always does.
+
+The score at a step S is the mean return of the last 100 episodes finished by S, for both
+(RecurrentPPO's ``ep_rew_mean`` window; DeltaBeast's ``log.return_window`` is set to 100). Each
+run's curve goes to ``<out>/<env>/<algo>-s<seed>.json``; the table (median over seeds of the
+return at 100K, 250K, 500K and 1M steps, POPGym's MMER over that curve, wall time) is printed,
+and with ``--docs`` written between the ``peers`` markers of docs/memory_benchmarks.md (memory
+envs) or docs/results.md (the maze), from every result under ``<out>``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHECKPOINTS = (100_000, 250_000, 500_000, 1_000_000)
+WINDOW = 100  # episodes in a mean return, for both
+PPO_SETTINGS = {"n_steps": 128, "batch_size": 128, "n_epochs": 4, "learning_rate": 3e-4, "gae_lambda": 0.95,
+                "clip_range": 0.2, "ent_coef": 0.0, "vf_coef": 0.5}
+PPO_ENVS = 16
+PPO_LSTM = 128
+ALGOS = ("deltabeast", "recurrent_ppo")
+
+
+def windowed_curve(finished: list[tuple[int, float]], window: int = WINDOW) -> list[tuple[int, float]]:
+    """(step, mean of the last ``window`` returns) after each finished episode (step, return)."""
+    curve, recent = [], []
+    for step, ret in finished:
+        recent.append(ret)
+        recent = recent[-window:]
+        curve.append((step, sum(recent) / len(recent)))
+    return curve
+
+
+def at_step(curve: list[tuple[int, float]], step: int) -> float:
+    """The curve's value at ``step``: its last point at or before it (NaN before the first)."""
+    values = [v for s, v in curve if s <= step]
+    return values[-1] if values else math.nan
+
+
+def run_deltabeast(env: str, core: str, seed: int, steps: int, flags: list[str], run_dir: str) -> dict[str, Any]:
+    """Train DeltaBeast on ``env``; its curve is its log's windowed mean return."""
+    from agents.learning.learner import train
+    from agents.learning.logger import CSV_NAME, read_csv
+    from launch.sweep import Trial, trial_config
+
+    cfg = trial_config(Trial(env, core, seed), steps, [*flags, "--log.return_window", str(WINDOW),
+                                                       "--run.resume", "false", "--log.tensorboard", "false"], run_dir)
+    start = time.time()
+    train(cfg)
+    wall = time.time() - start
+    rows = read_csv(os.path.join(run_dir, CSV_NAME))
+    curve = [(int(r["step"]), float(r["mean_return"])) for r in rows if math.isfinite(r.get("mean_return", math.nan))]
+    return {"curve": curve, "wall_s": wall}
+
+
+def make_single_env(env: str, seed: int, index: int) -> Any:
+    """One copy of ``env`` as a Gymnasium env with flat observations (what RecurrentPPO's MLP takes)."""
+    from launch.sweep import suite_env
+
+    if env == "maze":
+        from envs.maze import MazeEnv
+
+        single: Any = MazeEnv(env_index=index)
+    else:
+        from envs.gym_adapter import make_single
+
+        _, entry = suite_env(env)
+        single = make_single(entry.options["id"], observation="flat")
+    single.reset(seed=seed * 1000 + index)
+    return single
+
+
+def run_recurrent_ppo(env: str, seed: int, steps: int, discount: float) -> dict[str, Any]:
+    """Train sb3-contrib's RecurrentPPO on ``env``; its curve is the windowed mean over its episodes."""
+    try:
+        from sb3_contrib import RecurrentPPO
+        from stable_baselines3.common.callbacks import BaseCallback
+        from stable_baselines3.common.monitor import Monitor
+        from stable_baselines3.common.vec_env import DummyVecEnv
+    except ImportError:
+        from agents.errors import UsageError
+
+        raise UsageError("bench peers needs sb3-contrib: pip install -e '.[peers]'") from None
+
+    finished: list[tuple[int, float]] = []
+
+    class Episodes(BaseCallback):
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                if "episode" in info:
+                    finished.append((self.num_timesteps, float(info["episode"]["r"])))
+            return True
+
+    vec = DummyVecEnv([lambda i=i: Monitor(make_single_env(env, seed, i)) for i in range(PPO_ENVS)])
+    model = RecurrentPPO("MlpLstmPolicy", vec, gamma=discount, seed=seed, verbose=0,
+                         policy_kwargs={"lstm_hidden_size": PPO_LSTM}, **PPO_SETTINGS)
+    start = time.time()
+    model.learn(total_timesteps=steps, callback=Episodes())
+    wall = time.time() - start
+    vec.close()
+    return {"curve": windowed_curve(finished), "wall_s": wall}
+
+
+def result_path(out: str, env: str, algo: str, seed: int) -> str:
+    return os.path.join(out, env.replace("/", "_"), f"{algo}-s{seed}.json")
+
+
+def load_results(out: str) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """env -> algo -> the seeds' results, from every result file under ``out``."""
+    found: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for directory, _, files in os.walk(out):
+        for name in sorted(files):
+            if name.endswith(".json"):
+                with open(os.path.join(directory, name)) as f:
+                    r = json.load(f)
+                found.setdefault(r["env"], {}).setdefault(r["algo"], []).append(r)
+    return found
+
+
+def score_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
+    """The Markdown table: per env and algorithm, the median over seeds (and each seed's value)
+    of the return at each of CHECKPOINTS (up to the runs' length), the MMER for POPGym envs, and
+    the median wall time."""
+    from envs.suites import mmer
+    from launch.sweep import suite_env
+
+    header = ["env", "algorithm", "seeds", *(f"return at {s // 1000}K" for s in CHECKPOINTS), "MMER", "wall time"]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for env in sorted(results):
+        for algo in ALGOS:
+            runs = results[env].get(algo, [])
+            if not runs:
+                continue
+            cells = []
+            for step in CHECKPOINTS:
+                values = [at_step([tuple(p) for p in r["curve"]], step) for r in runs if r["steps"] >= step]
+                cells.append(_median_of(values))
+            if "/" in env and env.startswith("popgym"):
+                entry = suite_env(env)[1]
+                cells.append(_median_of([mmer([[v for _, v in r["curve"]]], entry.return_range) for r in runs],
+                                        digits=3))
+            else:
+                cells.append("—")
+            cells.append(f"{statistics.median(r['wall_s'] for r in runs) / 60:.1f} min")
+            seeds = ",".join(str(r["seed"]) for r in runs)
+            lines.append(f"| {env} | {algo} | {seeds} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _median_of(values: list[float], digits: int = 2) -> str:
+    values = [v for v in values if math.isfinite(v)]
+    if not values:
+        return "—"
+    each = ", ".join(f"{v:.{digits}f}" for v in values)
+    return f"**{statistics.median(values):.{digits}f}** ({each})" if len(values) > 1 else f"{values[0]:.{digits}f}"
+
+
+def write_docs(table_by_doc: dict[str, str]) -> None:
+    """Replace the text between ``<!-- peers:begin -->`` and ``<!-- peers:end -->`` in each doc."""
+    from agents.files import atomic_write_text
+
+    for doc, table in table_by_doc.items():
+        path = os.path.join(ROOT, doc)
+        with open(path) as f:
+            text = f.read()
+        begin, end = "<!-- peers:begin -->", "<!-- peers:end -->"
+        if begin not in text or end not in text:
+            raise SystemExit(f"{doc} has no {begin} ... {end} markers")
+        head, rest = text.split(begin, 1)
+        atomic_write_text(path, f"{head}{begin}\n{table}\n{end}{rest.split(end, 1)[1]}")
+        print(f"wrote the peers table into {doc}", flush=True)
+
+
+def bench_peers(args: argparse.Namespace) -> None:
+    """Run DeltaBeast and RecurrentPPO on ``args.env`` for each seed (or only tabulate with --table)."""
+    import torch
+
+    from launch.sweep import Trial, trial_config
+
+    discount = trial_config(Trial(args.env, args.core, 0), None, args.flags, args.out).loss.discount
+    for seed in args.seeds if not args.table else []:
+        run_dir = os.path.join(args.out, args.env.replace("/", "_"), f"run-s{seed}")
+        for algo in args.algos:
+            torch.manual_seed(seed)
+            np.random.seed(seed)
+            if algo == "deltabeast":
+                result = run_deltabeast(args.env, args.core, seed, args.steps, args.flags, run_dir)
+            else:
+                result = run_recurrent_ppo(args.env, seed, args.steps, discount)
+            result.update(env=args.env, algo=algo, seed=seed, steps=args.steps, core=args.core, flags=args.flags)
+            path = result_path(args.out, args.env, algo, seed)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                json.dump(result, f)
+            last = result["curve"][-1][1] if result["curve"] else math.nan
+            print(f"{args.env} {algo} seed {seed}: final mean return {last:.3f}, {result['wall_s'] / 60:.1f} min",
+                  flush=True)
+    results = load_results(args.out)
+    print(score_table(results))
+    if args.docs:
+        memory = {env: r for env, r in results.items() if env != "maze"}
+        maze = {env: r for env, r in results.items() if env == "maze"}
+        write_docs({doc: score_table(part) for doc, part in (("docs/memory_benchmarks.md", memory),
+                                                               ("docs/results.md", maze)) if part})
+
+
+def add_parser(sub: Any) -> None:
+    peers = sub.add_parser("peers", help="DeltaBeast vs sb3-contrib's RecurrentPPO at equal env steps")
+    peers.add_argument("--env", default="maze", help="maze, or <suite>/<env> of a memory suite")
+    peers.add_argument("--core", default="lstm", help="DeltaBeast's core")
+    peers.add_argument("--steps", type=int, default=1_000_000, help="env steps per run")
+    peers.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    peers.add_argument("--algos", nargs="+", choices=ALGOS, default=list(ALGOS))
+    peers.add_argument("--out", default="runs/peers", help="where the runs and their curves go")
+    peers.add_argument("--table", action="store_true", help="only tabulate the results under --out")
+    peers.add_argument("--docs", action="store_true", help="write the table into the docs' peers sections")
+    peers.add_argument("--flags", nargs=argparse.REMAINDER, default=[],
+                       help="more flags for DeltaBeast's launcher, e.g. --flags --optim.lr 1e-3 (last)")
+    peers.set_defaults(run=bench_peers)
