@@ -11,6 +11,10 @@ when it imports).
    forward+backward (median, ``triton.testing.do_bench``) of the kernel in ``--dtype``, of the reference
    (fp32, on the GPU) and of fla's matching op (no resets: fla has no done mask; its state is [K, V] and
    it scales q by 1/sqrt(d) unless told scale=1).
+3. Server mode on the device (``server_mode``): the inference loop with 2 units per env worker,
+   on the device's stream and on a side stream, acts exactly as a sequential rollout of each
+   unit's envs does (every unit's unrolls and the core state at their starts), over a few
+   hundred batches; then a maze training run of 300 updates in server mode.
 
 Exit status 1 if any check fails. Needs CUDA.
 """
@@ -87,8 +91,85 @@ def main() -> int:
         print(f"{op:<16} {variant:<12} {','.join(map(str, shape)):<16} {err:>8.1e} {ms['kernel']:>10.3f} "
               f"{ms['reference']:>9.2f} {fla_ms:>8.3f} {ms['reference'] / ms['kernel']:>7.1f} "
               f"{fla_ms / ms['kernel']:>7.2f}{'' if err < CHECK_TOL else '  FAILED'}")
+    failed += server_mode(device, quick=a.quick)
     print(f"\n{'all checks passed' if not failed else f'{failed} check(s) FAILED'}")
     return int(bool(failed))
+
+
+def sequential_rollout(model: torch.nn.Module, env: object, steps: int, device: torch.device) -> tuple[dict, list]:
+    """The argmax rollout of ``env`` one step at a time: the rows (the transport's layout) and the
+    core state before each row."""
+    n = env.num_envs
+    row = {"obs": torch.from_numpy(env.reset()).to(device), "reward": torch.zeros(n, device=device),
+           "done": torch.ones(n, dtype=torch.bool, device=device),
+           "action": torch.zeros(n, dtype=torch.int64, device=device)}
+    state = model.initial_state(n, device)
+    rows, states = [], []
+    for _ in range(steps):
+        rows.append(row)
+        states.append(state)
+        action, _, state = model.act(row["obs"], row["reward"], row["action"], row["done"], state, sample=False)
+        obs, reward, done, _ = env.step(action.cpu().numpy())
+        row = {"obs": torch.from_numpy(obs).to(device), "reward": torch.from_numpy(reward).to(device),
+               "done": torch.from_numpy(done).to(device), "action": action}
+    return {k: torch.stack([r[k] for r in rows]) for k in rows[0]}, states
+
+
+def server_mode(device: torch.device, quick: bool = False) -> int:
+    """Step 3 of the module docstring; returns the number of failed checks."""
+    import envs
+    from agents.acting.inference import InferenceServer, split_seed
+    from agents.learning.learner import train
+    from agents.network import AgentNet
+    from launch import maze
+
+    failed = 0
+    workers, splits, e, T, batches = 2, 2, 4, 8, 50 if quick else 300
+    probe = envs.make("gym", num_envs=1, id="CartPole-v1")
+    torch.manual_seed(0)
+    model = AgentNet(tuple(probe.observation_shape), probe.num_actions, "lstm", {"hidden_size": 32}).to(device)
+    with torch.no_grad():
+        model.policy.weight.mul_(30)  # decisive argmax actions
+    model.eval()
+    for side_stream in (False, True):
+        server = InferenceServer(model, "gym", {"id": "CartPole-v1"}, workers, e * splits, T, e * 2,
+                                 tuple(probe.observation_shape), torch.float32, [10 + w for w in range(workers)],
+                                 device, sample=False, worker_splits=splits, side_stream=side_stream)
+        units = workers * splits
+        count = [0] * units
+        references = [sequential_rollout(model, envs.make("gym", num_envs=e, seed=split_seed(10 + u // splits,
+                                                                                     u % splits), id="CartPole-v1"),
+                                         (batches + 2) * T, device) for u in range(units)]
+        mismatches = 0
+        with server:
+            for _ in range(batches):
+                batch = server.get_batch()
+                for g in range(batch["env_slot"].shape[0] // e):
+                    unit = int(batch["env_slot"][g * e]) // e
+                    rows, states = references[unit]
+                    k, cols = count[unit], slice(g * e, (g + 1) * e)
+                    span = slice(k * T, k * T + T + 1)
+                    same = all(torch.equal(batch[key][:, cols], rows[key][span]) for key in ("obs", "done", "action"))
+                    same = same and all(torch.allclose(batch[f"state_{i}"][cols], s, atol=1e-4)
+                                        for i, s in enumerate(states[k * T]))
+                    mismatches += not same
+                    count[unit] += 1
+        ok = mismatches == 0 and min(count) > 0
+        failed += not ok
+        print(f"server mode ({'side stream' if side_stream else 'one stream'}): {sum(count)} unrolls of "
+              f"{units} units vs their sequential rollouts: {'ok' if ok else f'{mismatches} differ: FAILED'}")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as run_dir:
+        updates = 60 if quick else 300
+        cfg = maze.load(["--core", "lstm", "--device", str(device), "--actor.inference", "server", "--run_dir",
+                         run_dir, "--log.tensorboard", "false", "--total_steps", str(updates * 128 * 20)])
+        summary = train(cfg)
+        ok = summary["updates"] == updates
+        failed += not ok
+        print(f"server-mode maze training: {summary['updates']} updates, {summary['sps']:,.0f} SPS, mean return "
+              f"{summary['mean_return']:.1f}: {'ok' if ok else 'FAILED'}")
+    return failed
 
 
 if __name__ == "__main__":
