@@ -340,7 +340,8 @@ def bench_inference(args: argparse.Namespace) -> None:
 
     * raw: ``--num-actors`` processes stepping their envs with random actions (no policy, no transport);
     * actor mode: :class:`agents.acting.actor.ActorPool`, each process running a CPU copy of the policy;
-    * server mode: :class:`agents.acting.inference.InferenceServer`, the policy batched on ``--device``;
+    * server mode: :class:`agents.acting.inference.InferenceServer`, the policy batched on ``--device``,
+      with each of ``--splits`` (actor.worker_splits: units per worker that take turns);
     * server, zero-cost policy: the same with uniform random actions and no network, which
       isolates what the transport itself costs.
 
@@ -369,15 +370,18 @@ def bench_inference(args: argparse.Namespace) -> None:
     W, E, T = args.num_actors, args.envs_per_actor, args.unroll
     seeds = list(range(W))
 
-    def transport(inference: str, policy: torch.nn.Module) -> float:
-        cfg.actor.inference = inference
+    def transport(inference: str, policy: torch.nn.Module, splits: int = 1) -> float:
+        cfg.actor.inference, cfg.actor.worker_splits = inference, splits
         return _transport_rate(make_transport(cfg, policy, device, obs_shape, obs_dtype, seeds, seed=0), T * E,
                                args.seconds)
 
+    zero_cost = UniformPolicy(num_actions).to(device)
     modes = {"raw envs": lambda: _raw_rate(cfg.env.name, env_options, W, E, args.seconds),
              "actor mode": lambda: transport("actor", model),
-             "server mode": lambda: transport("server", model),
-             "server, zero-cost policy": lambda: transport("server", UniformPolicy(num_actions).to(device))}
+             **{f"server mode, {k} split{'s' * (k > 1)}": functools.partial(transport, "server", model, k)
+                for k in args.splits},
+             **{f"server, zero-cost, {k} split{'s' * (k > 1)}": functools.partial(transport, "server", zero_cost, k)
+                for k in args.splits}}
     rates: dict[str, list[float]] = {m: [] for m in modes}
     for _ in range(args.reps):
         for mode, run in modes.items():
@@ -385,9 +389,9 @@ def bench_inference(args: argparse.Namespace) -> None:
     med = {m: statistics.median(r) for m, r in rates.items()}
     print(f"{args.env}{' ' + args.game if args.env == 'atari' else ''}, core {args.core}, {W} processes x {E} envs, "
           f"unroll {T}, policy on {device}, median of {args.reps} x {args.seconds:g} s, {os.cpu_count()} cpus")
-    print(f"{'mode':<28}{'steps/s':>10}{'vs raw':>8}")
+    print(f"{'mode':<32}{'steps/s':>10}{'vs raw':>8}{'vs actor':>9}")
     for mode, rate in med.items():
-        print(f"{mode:<28}{rate:>10.0f}{rate / med['raw envs']:>8.2f}")
+        print(f"{mode:<32}{rate:>10.0f}{rate / med['raw envs']:>8.2f}{rate / med['actor mode']:>9.2f}")
 
 
 def bench_backends(args: argparse.Namespace) -> None:
@@ -487,6 +491,8 @@ def main(argv: list[str] | None = None) -> None:
     inference.add_argument("--device", default="auto", help="where server mode runs the policy (auto: cuda if any)")
     inference.add_argument("--seconds", type=float, default=4.0, help="length of one timing")
     inference.add_argument("--reps", type=int, default=3)
+    inference.add_argument("--splits", type=int, nargs="+", default=[1, 2],
+                           help="server mode with each of these actor.worker_splits")
     inference.set_defaults(run=bench_inference)
     backends = sub.add_parser("backends", help="end-to-end training SPS: local backend vs Ray, side by side")
     _add_run_choice(backends)

@@ -144,8 +144,7 @@ class InferenceServer(Transport):
         num_envs = num_workers * envs_per_worker
         self.max_batch_envs = max_batch_envs or num_envs
         self.max_wait_s = max_wait_ms / 1e3
-        spans = max(self.num_units, self.groups_per_batch)  # spans[k]: the e indices k*e .. k*e + e-1
-        self.spans = torch.arange(spans * self.envs_per_unit, device=device).view(spans, self.envs_per_unit)
+        self.env_rows = torch.arange(num_envs, device=device)
         self.state_table = tuple(policy.initial_state(num_envs, device))
         self.prev_action = torch.zeros(num_envs, dtype=torch.int64, device=device)
         self.prev_logits = torch.zeros((num_envs, policy.num_actions), device=device)
@@ -297,38 +296,35 @@ class InferenceServer(Transport):
                 self.step_in_unroll[u] = 1
             acting.append(u)
 
-        # One copy of the units' steps to the device, then one scatter per key and batch.
-        seen = list(dict.fromkeys(r[0] for r in rows))
-        position = {u: i for i, u in enumerate(seen)}
-        step = {key: self.slots[key][seen].flatten(0, 1).to(self.device, non_blocking=True) for key in STEP_KEYS}
-        for b in dict.fromkeys(r[1] for r in rows):
-            batch, mine = self.batches[b], [r for r in rows if r[1] == b]
-            src, env, col = self._columns([position[r[0]] for r in mine], [r[0] for r in mine], [r[3] for r in mine])
-            t = torch.tensor([r[2] for r in mine], device=self.device).repeat_interleave(E)
+        # Each step goes from its unit's slot straight into its batch's group (slices, no index tensors).
+        for u, b, t, g in rows:
+            batch, cols, envs_of_u = self.batches[b], slice(g * E, (g + 1) * E), slice(u * E, (u + 1) * E)
             for key in STEP_KEYS:
-                batch[key][t, col] = step[key][src]
-            batch["action"][t, col] = self.prev_action[env]
-            batch["logits"][t, col] = self.prev_logits[env]
-        for b in dict.fromkeys(s[1] for s in starts):
-            batch, mine = self.batches[b], [s for s in starts if s[1] == b]
-            env, col = self._columns([s[0] for s in mine], [s[2] for s in mine])
+                batch[key][t, cols] = self.slots[key][u].to(self.device, non_blocking=True)
+            batch["action"][t, cols] = self.prev_action[envs_of_u]
+            batch["logits"][t, cols] = self.prev_logits[envs_of_u]
+        for u, b, g in starts:
+            batch, cols, envs_of_u = self.batches[b], slice(g * E, (g + 1) * E), slice(u * E, (u + 1) * E)
             for i, table in enumerate(self.state_table):
-                batch[f"state_{i}"][col] = table[env]
-            batch["env_slot"][col] = env
+                batch[f"state_{i}"][cols] = table[envs_of_u]
+            batch["env_slot"][cols] = self.env_rows[envs_of_u]
 
         if acting:
-            src, env = self._columns([position[u] for u in acting], acting)
+            acting.sort()  # consecutive units (the usual case when all are served) read their rows as one slice
+            units, envs_ = self._rows(acting, 1), self._rows(acting, E)
+            inputs = {key: self.slots[key][units].flatten(0, 1).to(self.device, non_blocking=True)
+                      for key in ("obs", "reward", "done")}
             with self.weights_lock:
-                action, logits, state = self.policy.act(step["obs"][src], step["reward"][src], self.prev_action[env],
-                                                        step["done"][src], tuple(s[env] for s in self.state_table),
+                action, logits, state = self.policy.act(inputs["obs"], inputs["reward"], self.prev_action[envs_],
+                                                        inputs["done"], tuple(s[envs_] for s in self.state_table),
                                                         sample=self.sample, generator=self.generator)
             for table, s in zip(self.state_table, state):
-                table[env] = s
-            self.prev_action[env] = action
-            self.prev_logits[env] = logits
+                table[envs_] = s
+            self.prev_action[envs_] = action
+            self.prev_logits[envs_] = logits
             actions = action.view(len(acting), -1).cpu()
             check_actions(actions)
-            self.slots["action"][acting] = actions  # unit u owns row u
+            self.slots["action"][units] = actions  # unit u owns row u
             for u in acting:
                 self.acted[u // self.splits].put(u % self.splits)
             self.served[0] += 1
@@ -352,7 +348,9 @@ class InferenceServer(Transport):
         if event is not None:
             torch.cuda.current_stream(self.device).wait_event(event)
 
-    def _columns(self, *groups: list[int]) -> tuple[Tensor, ...]:
-        """For each list of group numbers (of envs_per_worker envs each), the env indices they
-        cover, on the device: [g0*E, ..., g0*E + E-1, g1*E, ...]."""
-        return tuple(self.spans[g].flatten() for g in groups)
+    def _rows(self, units: list[int], per_unit: int) -> slice | Tensor:
+        """The rows ``per_unit`` * u .. ``per_unit`` * (u + 1) - 1 of each of ``units`` (sorted):
+        a slice when they are consecutive, else an index tensor."""
+        if units[-1] - units[0] == len(units) - 1:
+            return slice(units[0] * per_unit, (units[-1] + 1) * per_unit)
+        return self.env_rows.view(-1, per_unit)[units].flatten() if per_unit > 1 else torch.tensor(units)
