@@ -28,7 +28,7 @@ from fastnet.kernels.recurrent_cores.naive import (
     rec_delta_step,
 )
 from fastnet.kernels.srwm.naive import srwm_reference
-from fastnet.rules import delta_rule_step, head_matvec
+from fastnet.rule_steps import delta_rule_step, head_matvec
 
 __all__ = ["rec_delta_step", "rec_delta_sequence", "delta_rnn_step", "delta_rnn_sequence", "delta_lstm_step",
            "srwm_sequence"]

@@ -4,15 +4,8 @@ import torch
 from torch.autograd import gradcheck
 
 from fastnet.feature_maps import elu_plus_one, sum_normalise
-from fastnet.rules import (
-    FastWeightSequence,
-    delta_rule_step,
-    delta_rule_writes,
-    fast_weight_sequence,
-    gated_rule_step,
-    householder_sequence,
-    sum_rule_step,
-)
+from fastnet.rule_steps import delta_rule_step, gated_rule_step, sum_rule_step
+from fastnet.rules import FastWeightSequence, delta_rule_writes, fast_weight_sequence, householder_sequence
 
 torch.manual_seed(0)
 T, B, H, DK, DV = 7, 3, 2, 5, 4

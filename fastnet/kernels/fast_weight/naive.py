@@ -17,6 +17,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from fastnet.rule_steps import delta_rule_step, head_matvec
 from fastnet.state import reset_state, reset_steps
 
 
@@ -142,8 +143,6 @@ def householder_sequence(
     Returns:
         y [T,B,H,dv] and the final state [B,H,dv,dk].
     """
-    from fastnet.rules import delta_rule_step, head_matvec
-
     W, ys = W0, []
     decays = g.exp().unbind(0) if g is not None else [None] * q.shape[0]
     steps = zip(reset_steps(done), q.unbind(0), k.unbind(0), v.unbind(0), beta.unbind(0), decays)

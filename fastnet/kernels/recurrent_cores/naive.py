@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from fastnet.rules import delta_rule_step, head_matvec
+from fastnet.rule_steps import delta_rule_step, head_matvec
 from fastnet.state import reset_state, reset_steps
 
 
