@@ -4,7 +4,7 @@ when it imports).
 
     python cuda/smoke.py [--dtype bf16|fp32] [--quick]
 
-1. The self-check of ``kernels=auto`` (``fastnet.kernels.self_check``): each kernel in fp32 on a tiny
+1. The self-check of ``kernels=auto`` (``fastnet.kernels.cases``): each kernel in fp32 on a tiny
    input, outputs and every input gradient against the fp64 reference.
 2. At training sizes (RL: B=32, T=64, H=4, d=32; chunked kernels: B=4, T=2048, H=4, d=64, with resets
    at rate 1%): the same comparison in fp32 on the device (relative error < 1e-3), then the time of
@@ -55,7 +55,7 @@ def main() -> int:
     a = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("cuda/smoke.py: needs CUDA, and torch.cuda.is_available() is False")
-    from fastnet.kernels.self_check import CASES, check, outputs_and_grads, relative_errors
+    from fastnet.kernels.cases import CASES, check, outputs_and_grads, relative_errors
 
     device, dtype = torch.device("cuda"), dict(bf16=torch.bfloat16, fp32=torch.float32)[a.dtype]
     failed = 0

@@ -18,9 +18,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from fastnet.kernels import supported
 from fastnet.kernels._common import SRWM_HEAD_SIZES
 from fastnet.kernels.dispatch import use_triton
+from fastnet.kernels.ops import supported
 from fastnet.kernels.recurrent_cores.naive import (
     delta_rnn_reference,
     delta_rnn_step,
@@ -40,7 +40,7 @@ def rec_delta_sequence(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Run :func:`rec_delta_step` over [T,B,...] inputs; returns (y [T,B,H,d], W_T, y_T)."""
     if use_triton("rec_delta", aq, supported(aq, aq.shape[-1])):
-        from fastnet.kernels import fused_recurrent_rec_delta
+        from fastnet.kernels.ops import fused_recurrent_rec_delta
 
         y, W, y_last = fused_recurrent_rec_delta(
             aq.transpose(0, 1), ak.transpose(0, 1), av.transpose(0, 1), ab.transpose(0, 1),
@@ -56,7 +56,7 @@ def delta_rnn_sequence(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Run :func:`delta_rnn_step` over [T,B,...] inputs; returns (y, W_T, R_T, y_T)."""
     if use_triton("delta_rnn", q, supported(q, q.shape[-1], v.shape[-1])):
-        from fastnet.kernels import fused_recurrent_delta_rnn
+        from fastnet.kernels.ops import fused_recurrent_delta_rnn
 
         tr = [x.transpose(0, 1) for x in (q, k, v, beta, kr, vr, beta_r, done)]
         y, W, R, y_last = fused_recurrent_delta_rnn(*tr, W0, R0, y0)
@@ -91,7 +91,7 @@ def srwm_sequence(x: Tensor, W0: Tensor, done: Tensor, D0: Tensor) -> tuple[Tens
     carried state D0 = W - W0 [B,H,3d+4,d]; returns (y [T,B,H,d], D_T). Where ``done`` is set, W resets to
     the learned W0 [H,3d+4,d]. See :mod:`fastnet.kernels.srwm.naive`."""
     if use_triton("srwm", x, supported(x, x.shape[-1]) and x.shape[-1] in SRWM_HEAD_SIZES):
-        from fastnet.kernels import fused_recurrent_srwm
+        from fastnet.kernels.ops import fused_recurrent_srwm
 
         y, D = fused_recurrent_srwm(x.transpose(0, 1), W0, done.transpose(0, 1), D0)
         return y.transpose(0, 1), D

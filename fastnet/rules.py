@@ -22,10 +22,10 @@ from typing import Literal, Optional
 import torch
 from torch import Tensor
 
-from fastnet.kernels import CHUNK_MIN_T, supported
 from fastnet.kernels.dispatch import use_triton
 from fastnet.kernels.fast_weight import naive
 from fastnet.kernels.fast_weight.naive import FastWeightSequence
+from fastnet.kernels.ops import CHUNK_MIN_T, supported
 
 RuleName = Literal["sum", "delta", "gated"]
 RULES = ("sum", "delta", "gated")
@@ -66,7 +66,7 @@ def fast_weight_sequence(
         initial_state = q.new_zeros(B, H, dv, dk)
     if key_scale is None and use_triton("chunk" if rule == "delta" and T >= CHUNK_MIN_T else "fused_recurrent",
                                         q, supported(q, dk, dv)):
-        from fastnet.kernels import delta_rule, fused_recurrent_fast_weight
+        from fastnet.kernels.ops import delta_rule, fused_recurrent_fast_weight
 
         args = (q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), beta.transpose(0, 1),
                 initial_state, done.transpose(0, 1))
@@ -134,7 +134,7 @@ def householder_sequence(
     if initial_state is None:
         initial_state = q.new_zeros(B, H, dv, dk)
     if use_triton("chunk" if n * T >= CHUNK_MIN_T else "fused_recurrent", q, supported(q, dk, dv)):
-        from fastnet.kernels import gated_delta_rule
+        from fastnet.kernels.ops import gated_delta_rule
 
         first = torch.zeros(n, dtype=torch.bool, device=q.device)
         first[0] = True

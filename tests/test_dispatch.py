@@ -67,7 +67,7 @@ def test_auto_self_check_failure_warns_once_and_training_runs_on_the_reference(m
     supervised trainer trains on the reference, with the same results as kernels=reference."""
     from agents.learning.supervised import ModelConfig, train
     from envs.tasks import make_task
-    from fastnet import kernels
+    from fastnet.kernels import ops
     from tests.test_supervised import make_config
 
     simulate_gpu(monkeypatch)
@@ -76,7 +76,7 @@ def test_auto_self_check_failure_warns_once_and_training_runs_on_the_reference(m
         raise RuntimeError("PassManager::run failed (simulated compile failure)")
 
     for name in KERNELS:
-        monkeypatch.setattr(kernels, name, broken)
+        monkeypatch.setattr(ops, name, broken)
     calls = []
     real_self_check = dispatch.self_check
     monkeypatch.setattr(dispatch, "self_check", lambda device: calls.append(device) or real_self_check(device))
@@ -106,14 +106,12 @@ def test_auto_self_check_failure_warns_once_and_training_runs_on_the_reference(m
 def test_auto_self_check_mismatch_falls_back_for_that_kernel_only(monkeypatch):
     """A kernel that runs but computes wrong values is caught by the self-check (values compared with
     the reference): only its ops fall back, and the core's output is the reference's."""
-    from fastnet import kernels
+    from fastnet.kernels import cases, ops
 
     simulate_gpu(monkeypatch)
-    real = kernels.fused_recurrent_fast_weight
-    monkeypatch.setattr(kernels, "fused_recurrent_fast_weight",
-                        lambda *a, **kw: tuple(t * 1.01 for t in real(*a, **kw)))
-    from fastnet.kernels import self_check as sc
-    monkeypatch.setattr(sc, "CASES", {op: sc.CASES[op] for op in ("fused_recurrent", "rec_delta")})  # quicker
+    real = ops.fused_recurrent_fast_weight
+    monkeypatch.setattr(ops, "fused_recurrent_fast_weight", lambda *a, **kw: tuple(t * 1.01 for t in real(*a, **kw)))
+    monkeypatch.setattr(cases, "CASES", {op: cases.CASES[op] for op in ("fused_recurrent", "rec_delta")})  # quicker
     with pytest.warns(RuntimeWarning, match=r"fused_recurrent: sum: mismatch against the reference \(tensor 0: "
                                             r"relative error 1\.00e-02\)") as caught:
         assert not dispatch.use_triton("fused_recurrent", torch.zeros(1))
@@ -124,7 +122,7 @@ def test_auto_self_check_mismatch_falls_back_for_that_kernel_only(monkeypatch):
 def test_triton_mode_runs_the_kernels_in_a_core(monkeypatch):
     """kernels=triton (interpreter on the CPU): a gated_delta core runs the fused kernel, no self-check,
     and matches kernels=reference."""
-    from fastnet import kernels
+    from fastnet.kernels import ops
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     torch.manual_seed(0)
@@ -134,8 +132,8 @@ def test_triton_mode_runs_the_kernels_in_a_core(monkeypatch):
     dispatch.set_kernel_mode("reference")
     y_ref, _, _ = core(x, core.initial_state(2), done)
     calls = []
-    real = kernels.gated_delta_rule
-    monkeypatch.setattr(kernels, "gated_delta_rule", lambda *a: calls.append(1) or real(*a))
+    real = ops.gated_delta_rule
+    monkeypatch.setattr(ops, "gated_delta_rule", lambda *a: calls.append(1) or real(*a))
     dispatch.set_kernel_mode("triton")
     y, _, _ = core(x, core.initial_state(2), done)
     assert calls and dispatch._checked == {}

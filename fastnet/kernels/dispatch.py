@@ -64,7 +64,7 @@ def kernels_can_run(device: torch.device) -> bool:
 
 
 def use_triton(op: str, x: torch.Tensor, supported: bool = True) -> bool:
-    """Whether the sequence op ``op`` (a key of :data:`fastnet.kernels.self_check.CASES`) runs its Triton
+    """Whether the sequence op ``op`` (a key of :data:`fastnet.kernels.cases.CASES`) runs its Triton
     kernel on x's device. ``supported``: whether the kernels take these head sizes and dtype; where
     they do not, auto takes the reference and triton calls the kernel anyway (which raises)."""
     mode = kernel_mode()
@@ -81,9 +81,9 @@ def use_triton(op: str, x: torch.Tensor, supported: bool = True) -> bool:
 
 def self_check(device: torch.device | str) -> dict[str, str | None]:
     """Run every kernel against its reference on a tiny input on ``device``
-    (:func:`fastnet.kernels.self_check.check`); cache and return op -> None (passed) or the reason it
+    (:func:`fastnet.kernels.cases.check`); cache and return op -> None (passed) or the reason it
     failed, and warn once, listing the failing kernels with their reasons."""
-    from fastnet.kernels.self_check import CASES, check
+    from fastnet.kernels.cases import CASES, check
 
     results = {op: check(op, torch.device(device)) for op in CASES}
     _checked.update(results)

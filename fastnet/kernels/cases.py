@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-from fastnet import kernels
+import fastnet.kernels.ops as ops  # not ``from fastnet.kernels import ops``: the package imports dispatch, then us
 from fastnet.kernels.fast_weight.naive import FastWeightSequence, householder_sequence
 from fastnet.kernels.recurrent_cores.naive import delta_rnn_reference, rec_delta_reference
 from fastnet.kernels.srwm.naive import srwm_reference, srwm_rows
@@ -73,14 +73,14 @@ def _fast_weight_reference(rule: str) -> Callable[..., Sequence[Tensor]]:
 def _fused(rule: str) -> OpCase:
     def kernel(q, k, v, beta, W0, *rest):
         *g, done = rest
-        return kernels.fused_recurrent_fast_weight(q, k, v, beta, W0, done, rule, g=g[0] if g else None)
+        return ops.fused_recurrent_fast_weight(q, k, v, beta, W0, done, rule, g=g[0] if g else None)
     return OpCase(kernel, _fast_weight_reference(rule), _fast_weight_inputs(rule == "gated_delta"))
 
 
 def _chunk(gated: bool) -> OpCase:
     def kernel(q, k, v, beta, W0, *rest):
         *g, done = rest
-        return kernels.chunk_delta_rule(q, k, v, beta, W0, done, chunk_size=16, g=g[0] if g else None)
+        return ops.chunk_delta_rule(q, k, v, beta, W0, done, chunk_size=16, g=g[0] if g else None)
     return OpCase(kernel, _fast_weight_reference("gated_delta" if gated else "delta"), _fast_weight_inputs(gated),
                   steps=32)
 
@@ -125,11 +125,11 @@ def _srwm_reference(x, W0, D0, done):
 CASES: dict[str, dict[str, OpCase]] = {
     "fused_recurrent": {rule: _fused(rule) for rule in ("sum", "delta", "gated", "gated_delta")},
     "chunk": {"delta": _chunk(False), "gated_delta": _chunk(True)},
-    "rec_delta": {"rec_delta": OpCase(lambda *a: kernels.fused_recurrent_rec_delta(*a[:8], a[10], a[8], a[9]),
+    "rec_delta": {"rec_delta": OpCase(lambda *a: ops.fused_recurrent_rec_delta(*a[:8], a[10], a[8], a[9]),
                                       _rec_delta_reference, _rec_delta_inputs)},
-    "delta_rnn": {"delta_rnn": OpCase(lambda *a: kernels.fused_recurrent_delta_rnn(*a[:7], a[10], *a[7:10]),
+    "delta_rnn": {"delta_rnn": OpCase(lambda *a: ops.fused_recurrent_delta_rnn(*a[:7], a[10], *a[7:10]),
                                       _delta_rnn_reference, _delta_rnn_inputs)},
-    "srwm": {"srwm": OpCase(lambda x, W0, D0, done: kernels.fused_recurrent_srwm(x, W0, done, D0),
+    "srwm": {"srwm": OpCase(lambda x, W0, D0, done: ops.fused_recurrent_srwm(x, W0, done, D0),
                             _srwm_reference, _srwm_inputs)},
 }
 
