@@ -1,0 +1,78 @@
+"""No import cycle among fastnet's modules, counting every import statement (top level or inside a
+function): an AST walk, so a cycle hidden behind a function-local import fails too."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def module_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """Module -> the modules of ``package`` it imports anywhere. A package's ``__init__`` is the
+    package itself; ``from a.b import c`` is an edge to a.b, and to a.b.c where that is a module."""
+    files = {}
+    for path in (root / package).rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in files.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the package holding this module, up level - 1
+                    here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                    base = ".".join(here[:len(here) - node.level + 1] + ([base] if base else []))
+                targets.add(base)
+                targets.update(f"{base}.{alias.name}" for alias in node.names)
+        graph[name] = targets & files.keys()
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a list of modules (first = last), or None (depth-first search)."""
+    state: dict[str, str] = {}  # "open" while on the current path, "done" once fully explored
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = "open"
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        state[node] = "done"
+        path.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_fastnet_has_no_import_cycle():
+    graph = module_graph(ROOT, "fastnet")
+    assert {"fastnet", "fastnet.rules", "fastnet.kernels", "fastnet.kernels.fast_weight.naive"} <= graph.keys()
+    assert "fastnet.kernels.dispatch" in graph["fastnet.rules"]  # the walk sees the imports
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_walk_finds_a_cycle_through_a_function_local_import(tmp_path):
+    """pkg.a imports pkg.sub (its __init__) at the top; pkg.sub.b imports pkg.a inside a function,
+    through ``from pkg import a``, and pkg.sub imports pkg.sub.b relatively."""
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text("import pkg.sub\n")
+    (tmp_path / "pkg" / "sub" / "__init__.py").write_text("from .b import f\n")
+    (tmp_path / "pkg" / "sub" / "b.py").write_text("def f():\n    from pkg import a\n    return a\n")
+    graph = module_graph(tmp_path, "pkg")
+    assert graph == {"pkg": set(), "pkg.a": {"pkg.sub"}, "pkg.sub": {"pkg.sub.b"}, "pkg.sub.b": {"pkg", "pkg.a"}}
+    assert find_cycle(graph) == ["pkg.a", "pkg.sub", "pkg.sub.b", "pkg.a"]
+    (tmp_path / "pkg" / "sub" / "b.py").write_text("def f():\n    return 1\n")
+    assert find_cycle(module_graph(tmp_path, "pkg")) is None
