@@ -12,8 +12,9 @@ the memory after each write (y_t = W_t q_t, Eq. 25). Each runs the Triton kernel
 kernels mode auto or triton), else its PyTorch reference in ``fastnet.kernels.fast_weight.naive``:
 for the sum, delta and gated rules a custom autograd Function whose backward walks back in time
 and *undoes* each update to recover W_{t-1} (appendix F), so the fast weights cost
-O(B·H·dv·dk) memory whatever T is. Attention normalisation's ``key_scale`` always runs the
-reference.
+O(B·H·dv·dk) memory whatever T is; for Gated DeltaNet and DeltaProduct the chunked form (WY
+representation / UT transform) with one state per chunk. Attention normalisation's ``key_scale``
+always runs the reference.
 """
 from __future__ import annotations
 
@@ -84,9 +85,11 @@ def delta_rule_writes(k: Tensor, v: Tensor, beta: Tensor, g: Optional[Tensor] = 
     decay, Gated DeltaNet's Eq. 10). Unrolled, W_N = Σ_i exp(G_N - G_i) u_i ⊗ k_i with G the cumulative
     sum of g, and the write factors u solve the unit lower-triangular system
     u_i + β_i Σ_{j<i} exp(G_i - G_j) (k_i·k_j) u_j = β_i v_i: the WY form / UT transform of the chunked
-    kernels (``fastnet.kernels.fast_weight.chunk``), here over the whole sequence as one chunk. A few
-    batched products and one triangular solve replace N autograd steps, so models that write a memory
-    and then read it once (the retrieval memories of ``agents.learning.supervised``) train in seconds, not hours.
+    kernels (``fastnet.kernels.fast_weight.chunk``) and of the CPU reference
+    (:func:`fastnet.kernels.fast_weight.naive.householder_sequence`), here over the whole sequence as one
+    chunk, with its helpers. A few batched products and one triangular solve replace N autograd steps, so
+    models that write a memory and then read it once (the retrieval memories of ``agents.learning.supervised``)
+    train in seconds, not hours.
     DeltaProduct's n_h writes per step are n_h consecutive writes here, the decay on the first.
 
     Args:
@@ -96,17 +99,10 @@ def delta_rule_writes(k: Tensor, v: Tensor, beta: Tensor, g: Optional[Tensor] = 
     """
     k, v, beta = k.transpose(0, 1), v.transpose(0, 1), beta.t()            # [B,N,*]
     N = k.shape[1]
-    strict = torch.ones(N, N, dtype=torch.bool, device=k.device).tril(-1)
-    A = beta.unsqueeze(-1) * (k @ k.transpose(1, 2))                        # β_i k_i·k_j
-    if g is None:
-        last = k.new_ones(k.shape[:2])
-    else:
-        G = g.t().cumsum(-1)
-        A = A * (G.unsqueeze(-1) - G.unsqueeze(-2)).masked_fill(~strict, float("-inf")).exp()
-        last = (G[:, -1:] - G).exp()                                        # exp(G_N - G_i)
-    eye = torch.eye(N, dtype=k.dtype, device=k.device)
-    u = torch.linalg.solve_triangular(eye + A * strict, beta.unsqueeze(-1) * v, upper=False, unitriangular=True)
-    return (last.unsqueeze(-1) * u).transpose(1, 2) @ k
+    causal = torch.ones(N, N, dtype=torch.bool, device=k.device).tril()
+    E = naive.decay_matrix(None if g is None else g.t().cumsum(-1), causal, k.dtype)  # exp(G_i - G_j), j <= i
+    u = naive.unit_lower_solve(beta.unsqueeze(-1) * (k @ k.transpose(1, 2)) * E, beta.unsqueeze(-1) * v)
+    return (E[..., -1, :, None] * u).transpose(1, 2) @ k                   # Σ_i exp(G_N - G_i) u_i ⊗ k_i
 
 
 def householder_sequence(
@@ -126,7 +122,8 @@ def householder_sequence(
         y [T,B,H,dv] and the final state W_T.
 
     The Triton path runs the gated-delta kernel on the sequence of the n_h·T writes (the decay and
-    the reset on each step's first write) and keeps the reads at every n_h-th position.
+    the reset on each step's first write) and keeps the reads at every n_h-th position; the PyTorch
+    reference does the same in chunks (the WY form), keeping one state per chunk for the backward pass.
     """
     T, B, H, n, dk = k.shape
     dv = v.shape[-1]

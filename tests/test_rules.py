@@ -4,6 +4,7 @@ import torch
 from torch.autograd import gradcheck
 
 from fastnet.feature_maps import elu_plus_one, sum_normalise
+from fastnet.kernels.fast_weight import naive
 from fastnet.rule_steps import delta_rule_step, gated_rule_step, sum_rule_step
 from fastnet.rules import FastWeightSequence, delta_rule_writes, fast_weight_sequence, householder_sequence
 
@@ -172,27 +173,27 @@ def test_attention_normalisation_matches_eqs_26_to_28():
 
 
 # ----------------------------------------------------------------------------- Gated DeltaNet, DeltaProduct
-def householder_inputs(n, gated=True, requires_grad=False):
+def householder_inputs(n, gated=True, requires_grad=False, steps=T):
     """L2-normalised q, k (n keys per step), values, rates in (0, 2), log-decays, W0 and resets."""
     f64 = dict(dtype=torch.float64)
-    q = torch.nn.functional.normalize(torch.randn(T, B, H, DK, **f64), dim=-1)
-    k = torch.nn.functional.normalize(torch.randn(T, B, H, n, DK, **f64), dim=-1)
-    v = torch.randn(T, B, H, n, DV, **f64)
-    beta = 2 * torch.rand(T, B, H, n, **f64)
-    g = -torch.rand(T, B, H, **f64) if gated else None
+    q = torch.nn.functional.normalize(torch.randn(steps, B, H, DK, **f64), dim=-1)
+    k = torch.nn.functional.normalize(torch.randn(steps, B, H, n, DK, **f64), dim=-1)
+    v = torch.randn(steps, B, H, n, DV, **f64)
+    beta = 2 * torch.rand(steps, B, H, n, **f64)
+    g = -torch.rand(steps, B, H, **f64) if gated else None
     W0 = torch.randn(B, H, DV, DK, **f64)
-    done = torch.zeros(T, B, dtype=torch.bool)
-    done[2, 0] = done[5, 0] = done[4, 1] = True
+    done = torch.zeros(steps, B, dtype=torch.bool)
+    done[2 % steps, 0] = done[5 % steps, 0] = done[4 % steps, 1] = True
     tensors = [x.requires_grad_(requires_grad) if x is not None else None for x in (q, k, v, beta, g, W0)]
     return (*tensors, done)
 
 
-def householder_loop(q, k, v, beta, g, done, W0):
+def householder_matrix_loop(q, k, v, beta, g, done, W0):
     """Independent float64 reference, per (b, h) and as matrices: the Gated DeltaNet transition
     W_t = α_t W_{t-1} (I - β k kᵀ) + β v kᵀ (Yang et al. 2025, Eq. 10), applied once per key j."""
     ys, W = [], [[W0[b, h] for h in range(H)] for b in range(B)]
     eye = torch.eye(DK, dtype=torch.float64)
-    for t in range(T):
+    for t in range(q.shape[0]):
         y_t = []
         for b in range(B):
             row = []
@@ -214,9 +215,68 @@ def householder_loop(q, k, v, beta, g, done, W0):
 def test_householder_sequence_matches_matrix_loop(n, gated):
     q, k, v, beta, g, W0, done = householder_inputs(n, gated)
     y, W = householder_sequence(q, k, v, beta, g, done, W0)
-    y_ref, W_ref = householder_loop(q, k, v, beta, g, done, W0)
+    y_ref, W_ref = householder_matrix_loop(q, k, v, beta, g, done, W0)
     torch.testing.assert_close(y, y_ref)
     torch.testing.assert_close(W, W_ref)
+
+
+def outputs_and_grads(fn, inputs, done, seed=0):
+    """fn's (y, W_T) and the gradients of the inputs under random cotangents."""
+    y, W = fn(*inputs[:5], done, inputs[5])
+    gen = torch.Generator().manual_seed(seed)
+    loss = (y * torch.randn(y.shape, generator=gen, dtype=y.dtype)).sum() \
+        + (W * torch.randn(W.shape, generator=gen, dtype=W.dtype)).sum()
+    return [y, W, *torch.autograd.grad(loss, [x for x in inputs if x is not None])]
+
+
+@pytest.mark.parametrize("n,gated,steps,chunk_writes,boundary", [
+    (1, True, 11, 4, 4),  # 3 chunks of 4 tokens (the last one padded)
+    (2, False, 7, 6, 3),  # 3 chunks of 3 tokens
+    (3, True, 5, 4, 1),  # 5 chunks of 1 token
+    (2, True, 9, 64, 0),  # one chunk
+])
+def test_chunked_householder_matches_the_step_loop(n, gated, steps, chunk_writes, boundary):
+    """The chunked form (WY representation, backward written out) against the autograd step loop, float64:
+    the outputs, the final state and the gradients of q, k, v, β, g and the initial state, with resets at
+    t = 0, on a chunk boundary and inside chunks, T not a multiple of the chunk, and a decay strong enough
+    (g = -800) that exp(G_j - G_i), j > i, would overflow if it were formed."""
+    q, k, v, beta, g, W0, done = householder_inputs(n, gated, steps=steps)
+    done[0, 1] = done[boundary, 2] = True
+    if gated:
+        g[steps // 2, 1, 1] = -800.0
+    inputs = [x.requires_grad_() if x is not None else None for x in (q, k, v, beta, g, W0)]
+    got = outputs_and_grads(lambda *a: naive.HouseholderChunks.apply(*a, chunk_writes), inputs, done)
+    want = outputs_and_grads(naive.householder_loop, inputs, done)
+    for a, b in zip(got, want):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b)
+
+
+def test_chunked_householder_saves_the_inputs_and_one_state_per_chunk():
+    """What the backward pass keeps: the inputs and the state entering each of the 4 chunks (64 steps of
+    2 writes, 32 writes a chunk; the first is W0), where the step loop keeps states for every write."""
+    q, k, v, beta, g, W0, done = householder_inputs(2, requires_grad=True, steps=64)
+
+    def saved_numel(fn):
+        sizes = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda x: sizes.append(x.numel()) or x, lambda x: x):
+            fn(q, k, v, beta, g, done, W0)
+        return sum(sizes)
+
+    inputs = sum(x.numel() for x in (q, k, v, beta, g, done))
+    assert saved_numel(lambda *a: naive.householder_sequence(*a, chunk_writes=32)) == inputs + 4 * W0.numel()
+    assert saved_numel(naive.householder_loop) > 64 * 2 * W0.numel()
+
+
+def test_householder_sequence_takes_bfloat16_on_the_cpu():
+    """The triangular solve runs in float32 for bf16 inputs (the CPU solver has no bf16)."""
+    q, k, v, beta, g, W0, done = householder_inputs(2)
+    y, W = householder_sequence(q.bfloat16(), k.bfloat16(), v.bfloat16(), beta.bfloat16(), g.bfloat16(), done,
+                                W0.bfloat16())
+    y_ref, W_ref = householder_sequence(q, k, v, beta, g, done, W0)
+    assert y.dtype == W.dtype == torch.bfloat16
+    torch.testing.assert_close(y.double(), y_ref, rtol=0.05, atol=0.05)
+    torch.testing.assert_close(W.double(), W_ref, rtol=0.05, atol=0.05)
 
 
 def test_gated_delta_with_alpha_one_is_delta_with_l2_keys():
