@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import typing
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
@@ -177,15 +178,46 @@ def causal_conv(x: Tensor, weight: Tensor, buffer: Tensor, done: Tensor) -> tupl
     Returns:
         out [T,B,C] and the new buffer [B,K-1,C] (inputs from before the last reset zeroed).
     """
-    T, K = x.shape[0], weight.shape[1]
-    seq = torch.cat([buffer.transpose(0, 1), x])  # [K-1+T, B, C]
-    seg = torch.cat([done.new_zeros(K - 1, done.shape[1], dtype=torch.long), done.long().cumsum(0)])
-    out = x.new_zeros(x.shape)
-    for j in range(K):
-        same = (seg[K - 1 - j:K - 1 - j + T] == seg[K - 1:]).to(x.dtype).unsqueeze(-1)
-        out = out + weight[:, K - 1 - j] * seq[K - 1 - j:K - 1 - j + T] * same
-    keep = (seg[-(K - 1):] == seg[-1]).to(x.dtype).unsqueeze(-1)
-    return out, (seq[-(K - 1):] * keep).transpose(0, 1)
+    return CausalConv.apply(x, weight, buffer, done)
+
+
+def _conv_taps(seq: Tensor, seg: Tensor, T: int) -> Iterator[tuple[int, Tensor, Tensor]]:
+    """For each tap i < K of :func:`causal_conv`: the inputs it reads, seq[i:i+T] = x_{t-(K-1-i)} [T,B,C], and
+    whether each is in step t's episode [T,B,1] (``seg``: resets so far, [K-1+T,B])."""
+    K = seq.shape[0] - T + 1
+    for i in range(K):
+        yield i, seq[i:i + T], (seg[i:i + T] == seg[K - 1:]).to(seq.dtype).unsqueeze(-1)
+
+
+class CausalConv(torch.autograd.Function):
+    """:func:`causal_conv` with its backward written out: it saves the input (with the buffer in front) once,
+    where autograd would keep a masked copy of it per tap."""
+
+    @staticmethod
+    def forward(ctx, x, weight, buffer, done):
+        T, K = x.shape[0], weight.shape[1]
+        seq = torch.cat([buffer.transpose(0, 1), x])  # [K-1+T, B, C]
+        seg = torch.cat([done.new_zeros(K - 1, done.shape[1], dtype=torch.long), done.long().cumsum(0)])
+        out = x.new_zeros(x.shape)
+        for i, taps, same in _conv_taps(seq, seg, T):
+            out.addcmul_(taps * same, weight[:, i])
+        keep = (seg[-(K - 1):] == seg[-1]).to(x.dtype).unsqueeze(-1)
+        ctx.save_for_backward(seq, seg, weight)
+        return out, (seq[-(K - 1):] * keep).transpose(0, 1)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out, d_buffer):
+        seq, seg, weight = ctx.saved_tensors
+        T, K = d_out.shape[0], weight.shape[1]
+        d_seq, d_weight = torch.zeros_like(seq), torch.empty_like(weight)
+        for i, taps, same in _conv_taps(seq, seg, T):
+            d_taps = d_out * same
+            d_seq[i:i + T].addcmul_(d_taps, weight[:, i])
+            d_weight[:, i] = (d_taps * taps).sum((0, 1))
+        keep = (seg[-(K - 1):] == seg[-1]).to(seq.dtype).unsqueeze(-1)
+        d_seq[-(K - 1):].addcmul_(d_buffer.transpose(0, 1), keep)
+        return d_seq[K - 1:], d_weight, d_seq[:K - 1].transpose(0, 1), None
 
 
 class HouseholderLayer(nn.Module):

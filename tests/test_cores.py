@@ -179,3 +179,45 @@ def test_srwm_zero_state_is_w0_not_zero_weights():
             layer.W0.zero_()
     y2, _, _ = run_sequence(core, x, done)
     assert not torch.allclose(y1[0], y2[0])
+
+
+def causal_conv_loop(x, weight, buffer, done):
+    """Independent reference of the convolution of gated_delta and delta_product: per step, batch element
+    and tap, the input it reads, left out when it comes before the element's last reset; autograd."""
+    T, B, _ = x.shape
+    K = weight.shape[1]
+    seq = torch.cat([buffer.transpose(0, 1), x])  # seq[K - 1 + s]: the input of step s (s < 0: the buffer)
+
+    def start(b, t):  # the last reset of element b at or before step t
+        return max([s for s in range(t + 1) if done[s, b]], default=-K)
+
+    out = torch.stack([torch.stack([sum(weight[:, K - 1 - j] * seq[K - 1 + t - j, b] for j in range(K)
+                                        if t - j >= start(b, t)) for b in range(B)]) for t in range(T)])
+    keep = torch.tensor([[float(s >= start(b, T - 1)) for s in range(T - K + 1, T)] for b in range(B)])
+    return out, seq[-(K - 1):].transpose(0, 1) * keep.to(x.dtype).unsqueeze(-1)
+
+
+@pytest.mark.parametrize("T,K", [(7, 4), (2, 4), (5, 2)])
+def test_causal_conv_matches_a_loop_values_and_grads(T, K):
+    """The convolution's written-out backward against autograd through an explicit loop, float64, with
+    resets at t = 0, inside the first K-1 steps and later, and T < K-1 (the buffer outlives the sequence)."""
+    from fastnet.layers import causal_conv
+
+    torch.manual_seed(3)
+    B, C = 3, 5
+    x = torch.randn(T, B, C, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(C, K, dtype=torch.float64, requires_grad=True)
+    buffer = torch.randn(B, K - 1, C, dtype=torch.float64, requires_grad=True)
+    done = torch.zeros(T, B, dtype=torch.bool)
+    done[0, 0] = done[1, 1] = done[T - 1, 1] = True
+    out, new_buffer = causal_conv(x, weight, buffer, done)
+    out_ref, buffer_ref = causal_conv_loop(x, weight, buffer, done)
+    torch.testing.assert_close(out, out_ref)
+    torch.testing.assert_close(new_buffer, buffer_ref)
+    cotangents = torch.randn_like(out), torch.randn_like(new_buffer)
+    grads = torch.autograd.grad((out * cotangents[0]).sum() + (new_buffer * cotangents[1]).sum(), (x, weight, buffer))
+    grads_ref = torch.autograd.grad((out_ref * cotangents[0]).sum() + (buffer_ref * cotangents[1]).sum(),
+                                    (x, weight, buffer))
+    for a, b in zip(grads, grads_ref):
+        torch.testing.assert_close(a, b)
+    assert torch.autograd.gradcheck(lambda *a: causal_conv(*a, done), (x, weight, buffer))
