@@ -1,6 +1,6 @@
-"""Single steps of the fast-weight update rules, in PyTorch (no other fastnet import, so that the
-sequence ops of :mod:`fastnet.rules`, the references in ``fastnet.kernels.*.naive`` and
-:mod:`fastnet.recurrent` can all build on them).
+"""Single steps of the fast-weight update rules, in PyTorch. This module imports nothing from fastnet, so
+that the references in ``fastnet.kernels.*.naive``, :mod:`fastnet.recurrent` and the tests build on them
+without an import cycle (:mod:`fastnet.rules` holds the sequence ops, which dispatch to those references).
 
 Shapes: W [B,H,dv,dk] (value × key), k [B,H,dk], v [B,H,dv], β [B,H].
 Equation numbers refer to Schlag, Irie & Schmidhuber (2021), "Linear Transformers Are
