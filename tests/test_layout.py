@@ -2,108 +2,94 @@
 from __future__ import annotations
 
 import ast
-import os
 import re
+from pathlib import Path
 
 from fastnet.registry import CORES
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("agents", "envs", "fastnet", "launch")
 
 
-def modules() -> dict[str, str]:
-    """Dotted module name -> file, for every module of the packages (a package is its __init__)."""
-    found = {}
-    for package in PACKAGES:
-        for directory, _, files in os.walk(os.path.join(ROOT, package)):
-            for name in files:
-                if name.endswith(".py"):
-                    path = os.path.join(directory, name)
-                    dotted = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
-                    found[dotted.removesuffix(".__init__")] = path
-    return found
-
-
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the modules of the packages it imports anywhere in its file (function-local
-    imports too: they only defer a cycle). ``from a.b import c`` is an edge to a.b, and to a.b.c
-    when that is a module."""
-    mods = modules()
+def module_graph(root: Path, *packages: str) -> dict[str, set[str]]:
+    """Module -> the modules of ``packages`` it imports anywhere in its file (function-local
+    imports too: they only defer a cycle). A package's ``__init__`` is the package itself;
+    ``from a.b import c`` is an edge to a.b, and to a.b.c where that is a module."""
+    files = {}
+    for path in (p for package in packages for p in (root / package).rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     graph = {}
-    for name, path in mods.items():
-        with open(path) as f:
-            tree = ast.parse(f.read())
-        package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
-        edges = set()
-        for node in ast.walk(tree):
+    for name, path in files.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
-                edges.update(a.name for a in node.names)
+                targets.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
-                if node.level:
-                    parent = package
-                    for _ in range(node.level - 1):
-                        parent = parent.rpartition(".")[0]
-                    base = f"{parent}.{base}".rstrip(".")
-                edges.add(base)
-                edges.update(f"{base}.{a.name}" for a in node.names)
-        graph[name] = {e for e in edges if e in mods and e != name}
+                if node.level:  # relative: from the package holding this module, up level - 1
+                    here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                    base = ".".join(here[:len(here) - node.level + 1] + ([base] if base else []))
+                targets.add(base)
+                targets.update(f"{base}.{alias.name}" for alias in node.names)
+        graph[name] = targets & files.keys()
     return graph
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[list[str]] = []
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a list of modules (first = last), or None (depth-first search)."""
+    state: dict[str, str] = {}  # "open" while on the current path, "done" once fully explored
+    path: list[str] = []
 
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in sorted(graph[v]):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
+    def visit(node: str) -> list[str] | None:
+        state[node] = "open"
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        state[node] = "done"
+        path.pop()
+        return None
 
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return found
-
-
-def test_the_cycle_finder_finds_a_planted_cycle():
-    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
-    assert cycles(graph) == [["a", "b", "c"]]
-    assert cycles({**graph, "c": set()}) == []
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
 
 
 def test_no_import_cycles():
-    graph = import_graph()
-    assert "agents.learning.learner" in graph and "agents.acting.ray_backend" in graph["agents.learning.learner"]
-    assert cycles(graph) == []
+    graph = module_graph(ROOT, *PACKAGES)
+    assert "agents.acting.ray_backend" in graph["agents.learning.learner"]  # the walk sees the imports
+    assert "fastnet.kernels.dispatch" in graph["fastnet.rules"]
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_walk_finds_a_cycle_through_a_function_local_import(tmp_path):
+    """pkg.a imports pkg.sub (its __init__) at the top; pkg.sub.b imports pkg.a inside a function,
+    through ``from pkg import a``, and pkg.sub imports pkg.sub.b relatively."""
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text("import pkg.sub\n")
+    (tmp_path / "pkg" / "sub" / "__init__.py").write_text("from .b import f\n")
+    (tmp_path / "pkg" / "sub" / "b.py").write_text("def f():\n    from pkg import a\n    return a\n")
+    graph = module_graph(tmp_path, "pkg")
+    assert graph == {"pkg": set(), "pkg.a": {"pkg.sub"}, "pkg.sub": {"pkg.sub.b"}, "pkg.sub.b": {"pkg", "pkg.a"}}
+    assert find_cycle(graph) == ["pkg.a", "pkg.sub", "pkg.sub.b", "pkg.a"]
+    (tmp_path / "pkg" / "sub" / "b.py").write_text("def f():\n    return 1\n")
+    assert find_cycle(module_graph(tmp_path, "pkg")) is None
 
 
 def test_the_acting_side_does_not_import_the_learning_side():
-    graph = import_graph()
+    graph = module_graph(ROOT, *PACKAGES)
     acting = [m for m in graph if m.startswith("agents.acting")]
     assert acting and not [(m, e) for m in acting for e in graph[m] if e.startswith("agents.learning")]
 
 
 def test_the_readme_names_every_registered_core():
-    with open(os.path.join(ROOT, "README.md")) as f:
-        readme = f.read()
+    readme = (ROOT / "README.md").read_text()
     listed = re.search(r"`--core` takes `([^`]*)`", readme)
     assert listed, "the main job's section lists the cores `--core` takes"
     assert listed.group(1).split() == list(CORES)
