@@ -122,6 +122,13 @@ class AgentNet(nn.Module):
         is detached after each step (the official code's truncation); by default the core runs
         the whole sequence at once, so gradients flow through the state across the T steps.
         """
+        y, state, aux = self.core_outputs(obs, prev_reward, prev_action, done, state, truncate_per_step)
+        return self.policy(y), self.baseline(y).squeeze(-1), state, aux
+
+    def core_outputs(self, obs: Tensor, prev_reward: Tensor, prev_action: Tensor, done: Tensor, state: State,
+                     truncate_per_step: bool = False) -> tuple[Tensor, State, dict[str, Tensor]]:
+        """The core's outputs y [T,B,D] (what the policy and value heads read), its state after
+        step T-1 and its aux losses; the arguments are :meth:`forward`'s."""
         T, B = prev_reward.shape
         keep = (~done).unsqueeze(-1).float()
         reward = prev_reward.float().unsqueeze(-1)
@@ -142,7 +149,7 @@ class AgentNet(nn.Module):
             aux = {k: torch.stack([a[k] for a in aux_steps]).mean() for k in aux_steps[0]}
         else:
             y, state, aux = self.core(x, state, done)
-        return self.policy(y), self.baseline(y).squeeze(-1), state, aux
+        return y, state, aux
 
     @torch.no_grad()
     def act(self, obs: Tensor, prev_reward: Tensor, prev_action: Tensor, done: Tensor, state: State,
@@ -158,16 +165,15 @@ class AgentNet(nn.Module):
         device, their rows are sampled as uniform and their action is -1, which the caller
         checks on the host copy it makes anyway (:func:`check_actions`).
         """
-        logits, _, state, _ = self(obs[None], prev_reward[None], prev_action[None], done[None], state)
-        logits = logits[0]
-        finite = torch.isfinite(logits).all(-1)
+        y, state, _ = self.core_outputs(obs[None], prev_reward[None], prev_action[None], done[None], state)
+        logits = self.policy(y[0])  # no value head: acting needs none (PopArt's would cost ~50 µs a step)
         if logits.device.type == "cpu":
-            if not finite.all():
+            if not torch.isfinite(logits).all():
                 raise NonFinitePolicyError(NONFINITE_LOGITS)
-        else:
-            action = self._sample(torch.where(finite[:, None], logits, 0.0), sample, generator)
-            return torch.where(finite, action, -1), logits, state
-        return self._sample(logits, sample, generator), logits, state
+            return self._sample(logits, sample, generator), logits, state
+        finite = torch.isfinite(logits).all(-1)
+        action = self._sample(torch.where(finite[:, None], logits, 0.0), sample, generator)
+        return torch.where(finite, action, -1), logits, state
 
     @staticmethod
     def _sample(logits: Tensor, sample: bool, generator: torch.Generator | None) -> Tensor:
