@@ -346,7 +346,7 @@ def bench_inference(args: argparse.Namespace) -> None:
       isolates what the transport itself costs.
 
     The policy is the entry point's network and core at its defaults (``launch/configs``), in one
-    torch thread per process. Repetitions are interleaved (round robin) and medians compared.
+    torch thread per actor process; the server's policy takes ``--threads`` torch threads. Repetitions are interleaved (round robin) and medians compared.
     """
     import envs
     from agents.config import options
@@ -360,7 +360,7 @@ def bench_inference(args: argparse.Namespace) -> None:
              str(args.unroll), "--device", args.device]
     cfg = maze.load(flags) if args.env == "maze" else atari.load(flags + ["--game", args.game])
     device = resolve_device(cfg.run.device)
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     env_options = options(cfg.env)
     probe = envs.make(cfg.env.name, num_envs=1, **env_options)
     obs_shape, num_actions = tuple(probe.observation_shape), probe.num_actions
@@ -491,6 +491,8 @@ def main(argv: list[str] | None = None) -> None:
     inference.add_argument("--device", default="auto", help="where server mode runs the policy (auto: cuda if any)")
     inference.add_argument("--seconds", type=float, default=4.0, help="length of one timing")
     inference.add_argument("--reps", type=int, default=3)
+    inference.add_argument("--threads", type=int, default=1,
+                           help="torch threads of the server's policy on the CPU (the learner's process)")
     inference.add_argument("--splits", type=int, nargs="+", default=[1, 2],
                            help="server mode with each of these actor.worker_splits")
     inference.set_defaults(run=bench_inference)
