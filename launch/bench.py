@@ -346,7 +346,8 @@ def bench_inference(args: argparse.Namespace) -> None:
       isolates what the transport itself costs.
 
     The policy is the entry point's network and core at its defaults (``launch/configs``), in one
-    torch thread per actor process; the server's policy takes ``--threads`` torch threads. Repetitions are interleaved (round robin) and medians compared.
+    torch thread per actor process; the server's policy takes ``--threads`` torch threads.
+    Repetitions are interleaved (round robin) and medians compared.
     """
     import envs
     from agents.config import options

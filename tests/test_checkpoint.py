@@ -136,7 +136,8 @@ def test_check_same_run_names_the_settings_that_differ():
         check_same_run(saved, other, RESUMABLE, "ckpt.pt")
     message = str(error.value)
     assert "\n" not in message
-    for change in ("core.hidden_size 64 -> 128", "optim.lr 0.002 -> 1.0", "actor.unroll_length 20 -> 80"):
+    lr, unroll = saved["optim"]["lr"], saved["actor"]["unroll_length"]  # maze.yaml's defaults
+    for change in ("core.hidden_size 64 -> 128", f"optim.lr {lr} -> 1.0", f"actor.unroll_length {unroll} -> 80"):
         assert change in message
     assert "total_steps" not in message and message.count(" -> ") == 3
     del saved["loss"]["rho_bar"]  # a setting this checkpoint predates is not compared
