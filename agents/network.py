@@ -96,11 +96,13 @@ class ResNetNetworkConfig(NetworkConfig, ResNetStem.Config):
 
 class AgentNet(nn.Module):
     """stem -> core (``fastnet.make_core``) -> policy logits and baseline (linear heads; the
-    baseline a :class:`agents.popart.PopArt` head when ``popart_step`` is given)."""
+    baseline a :class:`agents.popart.PopArt` head, with σ at least ``popart_min_sigma``, when
+    ``popart_step`` is given)."""
 
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int, core: str,
                  core_options: dict[str, Any], stem: str = "mlp", stem_options: dict[str, Any] | None = None,
-                 reward_clip: float | None = None, prev_action: bool = True, popart_step: float | None = None):
+                 reward_clip: float | None = None, prev_action: bool = True, popart_step: float | None = None,
+                 popart_min_sigma: float = 1e-4):
         super().__init__()
         self.num_actions, self.reward_clip, self.prev_action = num_actions, reward_clip, prev_action
         self.stem = make_stem(stem, observation_shape, **(stem_options or {}))
@@ -108,7 +110,7 @@ class AgentNet(nn.Module):
         self.core = make_core(core, core_input, **core_options)
         self.policy = nn.Linear(self.core.output_size, num_actions)
         self.baseline = nn.Linear(self.core.output_size, 1) if popart_step is None \
-            else PopArt(self.core.output_size, popart_step)
+            else PopArt(self.core.output_size, popart_step, popart_min_sigma)
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         return self.core.initial_state(batch_size, device)

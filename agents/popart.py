@@ -14,24 +14,26 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-SIGMA_RANGE = (1e-4, 1e6)  # σ is kept within these bounds (the paper's clipping)
+SIGMA_RANGE = (1e-4, 1e6)  # σ is kept within these bounds (the paper's clipping); min_sigma raises the floor
 
 
 class PopArt(nn.Linear):
     """A linear value head ``in_features -> 1`` whose output is de-normalised by running
     statistics (buffers ``mu`` and ``nu``, the first and second moments of the targets, saved
-    with the model); ``step`` is the statistics' step size β."""
+    with the model); ``step`` is the statistics' step size β, ``min_sigma`` the floor of σ (at
+    least the paper's 1e-4: once a task is solved its targets barely vary, σ shrinks towards 0, and
+    advantages divided by σ turn noise into large policy gradients)."""
 
-    def __init__(self, in_features: int, step: float = 0.01):
+    def __init__(self, in_features: int, step: float = 0.01, min_sigma: float = SIGMA_RANGE[0]):
         super().__init__(in_features, 1)
-        self.step = step
+        self.step, self.min_sigma = step, max(min_sigma, SIGMA_RANGE[0])
         self.register_buffer("mu", torch.zeros(()))
         self.register_buffer("nu", torch.ones(()))
         self.register_buffer("updates", torch.zeros((), dtype=torch.int64))
 
     @property
     def sigma(self) -> Tensor:
-        return (self.nu - self.mu ** 2).clamp(min=SIGMA_RANGE[0] ** 2).sqrt().clamp(max=SIGMA_RANGE[1])
+        return (self.nu - self.mu ** 2).clamp(min=self.min_sigma ** 2).sqrt().clamp(max=SIGMA_RANGE[1])
 
     def forward(self, h: Tensor) -> Tensor:
         return super().forward(h) * self.sigma + self.mu

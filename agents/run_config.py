@@ -184,6 +184,8 @@ class LossConfig:
     """Normalise the value targets with PopArt (scale-free value loss and advantages)."""
     popart_step: OpenUnitInterval = 0.01
     """PopArt: the step β of the targets' running mean and mean square, per batch."""
+    popart_min_sigma: PositiveFloat = 0.01
+    """PopArt: floor of σ, so a solved task's near-constant targets do not blow up the advantages."""
 
 
 @dataclass
@@ -270,4 +272,5 @@ def check_config(cfg: TrainConfig, device_type: str = "cpu") -> None:
 def build_model(cfg: TrainConfig, observation_shape: tuple[int, ...], num_actions: int) -> AgentNet:
     return AgentNet(observation_shape, num_actions, cfg.core.name, options(cfg.core), stem=cfg.network.stem,
                     stem_options=cfg.network.stem_options(), reward_clip=cfg.network.reward_clip,
-                    prev_action=cfg.network.prev_action, popart_step=cfg.loss.popart_step if cfg.loss.popart else None)
+                    prev_action=cfg.network.prev_action, popart_step=cfg.loss.popart_step if cfg.loss.popart else None,
+                    popart_min_sigma=cfg.loss.popart_min_sigma)

@@ -178,6 +178,20 @@ def test_popart_keeps_the_outputs_when_its_statistics_move():
     assert first.mu.item() == pytest.approx(4.0) and first.sigma.item() == pytest.approx(targets.std(unbiased=False))
 
 
+def test_popart_sigma_stays_at_its_floor_on_constant_targets_and_keeps_the_outputs():
+    """A solved task's targets barely vary: σ stops at ``min_sigma`` (the paper's 1e-4 at least)
+    instead of shrinking with them, and the rescale still keeps the outputs."""
+    torch.manual_seed(0)
+    head = PopArt(8, step=0.5, min_sigma=0.01).double()
+    h = torch.randn(16, 8, dtype=torch.float64)
+    for _ in range(20):
+        before = head(h).detach()
+        head.update(torch.full((64,), 0.19, dtype=torch.float64))
+        torch.testing.assert_close(head(h), before, rtol=1e-10, atol=1e-10)
+    assert head.sigma.item() == pytest.approx(0.01) and head.mu.item() == pytest.approx(0.19)
+    assert PopArt(1, min_sigma=0.0).min_sigma == 1e-4
+
+
 def test_popart_normalises_the_value_loss_and_the_advantages():
     """With σ the scale of the targets, the value errors and the advantages are in units of σ:
     the loss on targets scaled by 100 (values too) equals the loss on the unscaled ones."""
