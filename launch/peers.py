@@ -163,7 +163,8 @@ def score_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
                 cells.append("—")
             cells.append(f"{statistics.median(r['wall_s'] for r in runs) / 60:.1f} min")
             seeds = ",".join(str(r["seed"]) for r in runs)
-            lines.append(f"| {env} | {algo} | {seeds} | " + " | ".join(cells) + " |")
+            name = algo if algo != "deltabeast" else f"deltabeast ({', '.join(sorted({r['core'] for r in runs}))})"
+            lines.append(f"| {env} | {name} | {seeds} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

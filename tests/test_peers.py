@@ -1,0 +1,103 @@
+"""launch/peers.py (``launch/bench.py peers``): the windowed curves, the side-by-side table, the docs
+markers, and a tiny run of each algorithm that writes its result file."""
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import math
+
+import pytest
+
+from envs.maze import MazeEnv
+from launch import peers
+
+TINY = ["--actor.num_actors", "1", "--actor.envs_per_actor", "8", "--learner.batch_size", "8",
+        "--actor.unroll_length", "10", "--env.episode_length", "20", "--core.hidden_size", "16",
+        "--log.print_every_s", "1000"]
+
+
+def test_windowed_curve_is_the_mean_of_the_last_window_returns():
+    finished = [(10, 1.0), (20, 3.0), (30, 5.0), (45, -1.0)]
+    assert peers.windowed_curve(finished, window=2) == [(10, 1.0), (20, 2.0), (30, 4.0), (45, 2.0)]
+
+
+def test_at_step_takes_the_last_point_at_or_before_the_step():
+    curve = [(10, 1.0), (20, 2.0), (30, 4.0)]
+    assert peers.at_step(curve, 25) == 2.0
+    assert peers.at_step(curve, 30) == 4.0
+    assert math.isnan(peers.at_step(curve, 9))
+
+
+def result(env: str, algo: str, seed: int, curve: list[tuple[int, float]], wall_s: float, core: str = "lstm") -> dict:
+    return {"env": env, "algo": algo, "seed": seed, "core": core, "curve": curve, "wall_s": wall_s,
+            "steps": curve[-1][0]}
+
+
+def test_score_table_gives_medians_each_seed_mmer_and_wall_time():
+    env = "popgym/RepeatPreviousEasy"
+    k = 1000
+    runs = [result(env, "deltabeast", 0, [(100 * k, 0.2), (250 * k, 0.6), (1000 * k, 0.9)], 60, core="delta"),
+            result(env, "deltabeast", 1, [(90 * k, 0.4), (260 * k, 1.0), (1000 * k, 0.5)], 120, core="delta"),
+            result(env, "deltabeast", 2, [(100 * k, -0.2), (240 * k, 0.0), (1000 * k, 0.8)], 180, core="delta")]
+    table = peers.score_table({env: {"deltabeast": runs}}).splitlines()
+    assert table[0].startswith("| env | algorithm | seeds | return at 100K | return at 250K")
+    cells = [c.strip() for c in table[2].strip("|").split("|")]
+    assert cells[:3] == [env, "deltabeast (delta)", "0,1,2"]
+    assert cells[3] == "**0.20** (0.20, 0.40, -0.20)"   # at 100K: seed 1's point at 90K
+    assert cells[4] == "**0.40** (0.60, 0.40, 0.00)"    # at 250K: seed 1 is still at its 90K point
+    assert cells[5] == "**0.60** (0.60, 1.00, 0.00)"    # at 500K: the last point before it
+    assert cells[6] == "**0.80** (0.90, 0.50, 0.80)"
+    # MMER per seed: the curve's max mapped from [-1, 1] onto [0, 1]: 0.95, 1.0, 0.9
+    assert cells[7] == "**0.950** (0.950, 1.000, 0.900)"
+    assert cells[8] == "2.0 min"
+
+
+def test_score_table_leaves_out_checkpoints_past_the_runs_and_mmer_off_popgym():
+    one = {**result("maze", "recurrent_ppo", 0, [(50_000, 3.0), (300_000, 7.5)], 90), "steps": 500_000}
+    row = peers.score_table({"maze": {"recurrent_ppo": [one]}}).splitlines()[2]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells == ["maze", "recurrent_ppo", "0", "3.00", "3.00", "7.50", "—", "—", "1.5 min"]
+
+
+def test_write_docs_replaces_only_the_text_between_the_markers(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text("head\n<!-- peers:begin -->\nold table\n<!-- peers:end -->\ntail\n")
+    peers.write_docs({str(doc): "| new |"})
+    assert doc.read_text() == "head\n<!-- peers:begin -->\n| new |\n<!-- peers:end -->\ntail\n"
+    bare = tmp_path / "bare.md"
+    bare.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="markers"):
+        peers.write_docs({str(bare): "| new |"})
+    assert bare.read_text() == "no markers\n"
+
+
+def bench_args(tmp_path, algos: list[str], steps: int) -> argparse.Namespace:
+    return argparse.Namespace(env="maze", core="lstm", steps=steps, seeds=[0], algos=algos, out=str(tmp_path / "peers"),
+                              table=False, docs=False, flags=TINY)
+
+
+def test_a_tiny_deltabeast_run_writes_its_curve_and_the_table(tmp_path, capsys):
+    peers.bench_peers(bench_args(tmp_path, ["deltabeast"], 4000))
+    with open(peers.result_path(str(tmp_path / "peers"), "maze", "deltabeast", 0)) as f:
+        saved = json.load(f)
+    assert saved["env"] == "maze" and saved["algo"] == "deltabeast" and saved["steps"] == 4000
+    steps = [s for s, _ in saved["curve"]]
+    assert steps and steps == sorted(steps) and steps[-1] >= 4000
+    assert all(math.isfinite(v) for _, v in saved["curve"])
+    assert "| maze | deltabeast (lstm) | 0 |" in capsys.readouterr().out
+
+
+def test_a_tiny_recurrent_ppo_run_writes_its_curve(tmp_path):
+    pytest.importorskip("sb3_contrib")
+    rollout = peers.PPO_ENVS * peers.PPO_SETTINGS["n_steps"]
+    peers.bench_peers(bench_args(tmp_path, ["recurrent_ppo"], 2 * rollout))
+    with open(peers.result_path(str(tmp_path / "peers"), "maze", "recurrent_ppo", 0)) as f:
+        saved = json.load(f)
+    # the maze's episodes last 250 steps: two rollouts of 128 steps in each of 16 envs end 16 of them,
+    # all at the same step, at which the window holds all 16
+    episode = inspect.signature(MazeEnv).parameters["episode_length"].default
+    assert 128 < episode <= 256
+    assert len(saved["curve"]) == peers.PPO_ENVS
+    assert {s for s, _ in saved["curve"]} == {peers.PPO_ENVS * episode}
+    assert all(math.isfinite(v) for _, v in saved["curve"])
