@@ -18,7 +18,7 @@ from jsonargparse.typing import PositiveFloat
 from torch import Tensor, nn
 
 from agents.errors import NonFinitePolicyError
-from agents.popart import PopArt
+from agents.popart import SIGMA_RANGE, PopArt
 from agents.resnet import ResNetStem
 from fastnet import make_core
 from fastnet.state import State
@@ -102,7 +102,7 @@ class AgentNet(nn.Module):
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int, core: str,
                  core_options: dict[str, Any], stem: str = "mlp", stem_options: dict[str, Any] | None = None,
                  reward_clip: float | None = None, prev_action: bool = True, popart_step: float | None = None,
-                 popart_min_sigma: float = 1e-4):
+                 popart_min_sigma: float = SIGMA_RANGE[0]):
         super().__init__()
         self.num_actions, self.reward_clip, self.prev_action = num_actions, reward_clip, prev_action
         self.stem = make_stem(stem, observation_shape, **(stem_options or {}))
