@@ -8,7 +8,8 @@
   CartPole (the package's ``PositionOnlyCartPole``: cart position and pole angle, no
   velocities).
 * ``bsuite`` -- bsuite's ``memory_len`` (Osband et al., "Behaviour Suite for Reinforcement
-  Learning", ICLR 2020, §A "memory_len") at memory lengths 3, 10 and 30.
+  Learning", ICLR 2020, §A "memory_len") at memory lengths 3, 10, 30, 60 and 100 (the last two
+  span more than 50 steps: issue 25's test of the fast-weight cores against lstm).
 * ``minigrid`` -- MiniGrid's ``MiniGrid-MemoryS7-v0`` (Chevalier-Boisvert et al., "Minigrid &
   Miniworld", NeurIPS 2023 Datasets and Benchmarks): remember the object seen at the start,
   then pick the matching one at the end of a corridor.
@@ -78,7 +79,7 @@ SUITES: dict[str, tuple[SuiteEnv, ...]] = {
         _popgym("CountRecallEasy", "popgym-CountRecallEasy-v0", (-1.0, 1.0)),
         _popgym("StatelessCartPoleEasy", "popgym-PositionOnlyCartPoleEasy-v0", (0.0, 1.0)),
     ),
-    "bsuite": (_memory_len(3, 2), _memory_len(10, 9), _memory_len(30, 15)),
+    "bsuite": (_memory_len(3, 2), _memory_len(10, 9), _memory_len(30, 15), _memory_len(60, 18), _memory_len(100, 22)),
     # MiniGrid pays 1 - 0.9 * steps / max_steps on success and 0 otherwise (minigrid_env.py, _reward).
     "minigrid": (SuiteEnv("MemoryS7", "gym", {"id": "minigrid:MiniGrid-MemoryS7-v0"}, "minigrid", "minigrid",
                           (0.0, 1.0)),),

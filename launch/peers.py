@@ -14,7 +14,8 @@ its core the previous reward and action, as it always does.
 
 The score at a step S is the mean return of the last 100 episodes finished by S, for both
 (RecurrentPPO's ``ep_rew_mean`` window; DeltaBeast's ``log.return_window`` is set to 100). Each
-run's curve goes to ``<out>/<env>/<algo>-s<seed>.json``; the table (median over seeds of the
+run's curve goes to ``<out>/<env>/<algo>-s<seed>.json`` (``deltabeast-<core>-s<seed>.json`` for
+DeltaBeast's, so that several cores can sit beside each other); the table (median over seeds of the
 return at 100K, 250K, 500K and 1M steps, POPGym's MMER over that curve, wall time) is printed,
 and with ``--docs`` written between the ``peers`` markers of docs/memory_benchmarks.md (memory
 envs) or docs/results.md (the maze), from every result under ``<out>``.
@@ -121,8 +122,9 @@ def run_recurrent_ppo(env: str, seed: int, steps: int, discount: float) -> dict[
     return {"curve": windowed_curve(finished), "wall_s": wall}
 
 
-def result_path(out: str, env: str, algo: str, seed: int) -> str:
-    return os.path.join(out, env.replace("/", "_"), f"{algo}-s{seed}.json")
+def result_path(out: str, env: str, algo: str, seed: int, core: str | None = None) -> str:
+    """Where one run's result goes: ``<out>/<env>/<algo>[-<core>]-s<seed>.json``."""
+    return os.path.join(out, env.replace("/", "_"), f"{algo}{'-' + core if core else ''}-s{seed}.json")
 
 
 def load_results(out: str) -> dict[str, dict[str, list[dict[str, Any]]]]:
@@ -138,19 +140,19 @@ def load_results(out: str) -> dict[str, dict[str, list[dict[str, Any]]]]:
 
 
 def score_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
-    """The Markdown table: per env and algorithm, the median over seeds (and each seed's value)
-    of the return at each of CHECKPOINTS (up to the runs' length), the MMER for POPGym envs, and
-    the median wall time."""
+    """The Markdown table: per env and algorithm (a row per core for DeltaBeast), the median over
+    seeds (and each seed's value) of the return at each of CHECKPOINTS (up to the runs' length),
+    the MMER for POPGym envs, and the median wall time."""
     from envs.suites import mmer
     from launch.sweep import suite_env
 
     header = ["env", "algorithm", "seeds", *(f"return at {s // 1000}K" for s in CHECKPOINTS), "MMER", "wall time"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for env in sorted(results):
-        for algo in ALGOS:
-            runs = results[env].get(algo, [])
-            if not runs:
-                continue
+        rows = [("deltabeast", core) for core in sorted({r["core"] for r in results[env].get("deltabeast", [])})]
+        rows += [(algo, None) for algo in ALGOS[1:] if results[env].get(algo)]
+        for algo, core in rows:
+            runs = [r for r in results[env][algo] if core is None or r["core"] == core]
             cells = []
             for step in CHECKPOINTS:
                 values = [at_step([tuple(p) for p in r["curve"]], step) for r in runs if r["steps"] >= step]
@@ -163,7 +165,7 @@ def score_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
                 cells.append("—")
             cells.append(f"{statistics.median(r['wall_s'] for r in runs) / 60:.1f} min")
             seeds = ",".join(str(r["seed"]) for r in runs)
-            name = algo if algo != "deltabeast" else f"deltabeast ({', '.join(sorted({r['core'] for r in runs}))})"
+            name = algo if algo != "deltabeast" else f"deltabeast ({core})"
             lines.append(f"| {env} | {name} | {seeds} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -200,7 +202,7 @@ def bench_peers(args: argparse.Namespace) -> None:
 
     discount = trial_config(Trial(args.env, args.core, 0), None, args.flags, args.out).loss.discount
     for seed in args.seeds if not args.table else []:
-        run_dir = os.path.join(args.out, args.env.replace("/", "_"), f"run-s{seed}")
+        run_dir = os.path.join(args.out, args.env.replace("/", "_"), f"run-{args.core}-s{seed}")
         for algo in args.algos:
             torch.manual_seed(seed)
             np.random.seed(seed)
@@ -209,7 +211,7 @@ def bench_peers(args: argparse.Namespace) -> None:
             else:
                 result = run_recurrent_ppo(args.env, seed, args.steps, discount)
             result.update(env=args.env, algo=algo, seed=seed, steps=args.steps, core=args.core, flags=args.flags)
-            path = result_path(args.out, args.env, algo, seed)
+            path = result_path(args.out, args.env, algo, seed, args.core if algo == "deltabeast" else None)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w") as f:
                 json.dump(result, f)

@@ -60,6 +60,21 @@ def test_score_table_leaves_out_checkpoints_past_the_runs_and_mmer_off_popgym():
     assert cells == ["maze", "recurrent_ppo", "0", "3.00", "3.00", "7.50", "—", "—", "1.5 min"]
 
 
+def test_score_table_gives_a_row_per_deltabeast_core_and_one_for_recurrent_ppo():
+    env = "bsuite/memory_len_60"
+    runs = {"deltabeast": [result(env, "deltabeast", s, [(100_000, v)], 60, core=c)
+                           for s, (c, v) in enumerate([("lstm", 0.1), ("delta", 1.0), ("lstm", 0.3)])],
+            "recurrent_ppo": [result(env, "recurrent_ppo", 0, [(100_000, -0.2)], 600, core="delta")]}
+    lines = peers.score_table({env: runs}).splitlines()[2:]
+    rows = [[c.strip() for c in row.strip("|").split("|")][:4] for row in lines]
+    assert rows == [[env, "deltabeast (delta)", "1", "1.00"],
+                    [env, "deltabeast (lstm)", "0,2", "**0.20** (0.10, 0.30)"],
+                    [env, "recurrent_ppo", "0", "-0.20"]]
+    path = peers.result_path("out", env, "deltabeast", 2, "delta")
+    assert path.endswith("bsuite_memory_len_60/deltabeast-delta-s2.json")
+    assert peers.result_path("out", env, "recurrent_ppo", 2).endswith("bsuite_memory_len_60/recurrent_ppo-s2.json")
+
+
 def test_write_docs_replaces_only_the_text_between_the_markers(tmp_path):
     doc = tmp_path / "doc.md"
     doc.write_text("head\n<!-- peers:begin -->\nold table\n<!-- peers:end -->\ntail\n")
@@ -79,7 +94,7 @@ def bench_args(tmp_path, algos: list[str], steps: int) -> argparse.Namespace:
 
 def test_a_tiny_deltabeast_run_writes_its_curve_and_the_table(tmp_path, capsys):
     peers.bench_peers(bench_args(tmp_path, ["deltabeast"], 4000))
-    with open(peers.result_path(str(tmp_path / "peers"), "maze", "deltabeast", 0)) as f:
+    with open(peers.result_path(str(tmp_path / "peers"), "maze", "deltabeast", 0, "lstm")) as f:
         saved = json.load(f)
     assert saved["env"] == "maze" and saved["algo"] == "deltabeast" and saved["steps"] == 4000
     steps = [s for s, _ in saved["curve"]]

@@ -29,6 +29,8 @@ SHAPES = {
     "memory_len_3": ((3,), np.float32, 2),
     "memory_len_10": ((3,), np.float32, 2),
     "memory_len_30": ((3,), np.float32, 2),
+    "memory_len_60": ((3,), np.float32, 2),
+    "memory_len_100": ((3,), np.float32, 2),
     "MemoryS7": ((4 + 7 * 7 * 3,), np.float32, 7),
     "MortarMayhemGrid": ((3, 84, 84), np.uint8, 4),
 }
@@ -37,7 +39,8 @@ SHAPES = {
 def test_suites_hold_the_issue_envs() -> None:
     assert [e.name for e in suite("popgym")] == ["RepeatPreviousEasy", "AutoencodeEasy", "CountRecallEasy",
                                                  "StatelessCartPoleEasy"]
-    assert [e.name for e in suite("bsuite")] == ["memory_len_3", "memory_len_10", "memory_len_30"]
+    assert [e.name for e in suite("bsuite")] == ["memory_len_3", "memory_len_10", "memory_len_30",
+                                                 "memory_len_60", "memory_len_100"]
     assert sorted(SHAPES) == sorted(e.name for e in ENTRIES)
     with pytest.raises(ValueError, match="valid suites: popgym, bsuite, minigrid, memorygym"):
         suite("atari")
