@@ -261,6 +261,9 @@ def check_config(cfg: TrainConfig, device_type: str = "cpu") -> None:
     check(cfg.learner.batch_size % cfg.actor.envs_per_actor == 0, "learner.batch_size",
           f"{cfg.learner.batch_size} must be a multiple of actor.envs_per_actor ({cfg.actor.envs_per_actor}), "
           "the trajectories an actor fills at once")
+    check(cfg.learner.minibatches <= cfg.learner.batch_size, "learner.minibatches",
+          f"{cfg.learner.minibatches} must be at most learner.batch_size ({cfg.learner.batch_size}): each "
+          "minibatch holds whole trajectories")
     check(cfg.actor.backend != "ray" or cfg.actor.inference != "server", "actor.inference",
           "server mode runs on the local backend only; with actor.backend ray the hosts act with CPU copies of "
           "the policy (use actor or auto)")

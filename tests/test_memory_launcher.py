@@ -9,7 +9,7 @@ import pytest
 from launch import memory
 
 TINY = ["--num_actors", "1", "--actor.envs_per_actor", "4", "--actor.unroll_length", "8", "--learner.batch_size", "4",
-        "--core.hidden_size", "8", "--log.print_every_s", "100"]
+        "--learner.minibatches", "2", "--core.hidden_size", "8", "--log.print_every_s", "100"]
 
 
 @pytest.mark.parametrize("suite,metric", [("popgym", "MMER"), ("bsuite", "mean return")])
@@ -36,3 +36,32 @@ def test_unknown_suite_is_a_config_error(capsys):
     with pytest.raises(SystemExit) as stop:
         memory.main(["--suite", "atari57"])
     assert stop.value.code == 2 and "--suite: expected one of 'popgym'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["CountRecallEasy", "AutoencodeEasy", "memory_len_30", "memory_len_60",
+                                  "memory_len_100"])
+def test_env_presets_unroll_whole_episodes(name):
+    """Each of these envs' reward depends on the first step of its episode, so its preset's unroll
+    covers a whole episode: measured here by playing the env, not read from its code."""
+    import numpy as np
+
+    import envs
+
+    entry = next(e for s in memory.SUITES.values() for e in s if e.name == name)
+    pytest.importorskip(entry.module)
+    env = envs.make(entry.env, num_envs=2, seed=0, **entry.options)
+    env.reset()
+    lengths: list[int] = []
+    while not lengths:
+        _, _, done, info = env.step(np.zeros(2, np.int64))
+        lengths += info["episode_length"][done].tolist()
+    env.close()
+    assert memory.load([], env=name).actor.unroll_length >= max(lengths), lengths
+
+
+@pytest.mark.parametrize("name", ["RepeatPreviousEasy", "CountRecallEasy", "AutoencodeEasy", "StatelessCartPoleEasy"])
+def test_card_games_presets_discount_nothing(name):
+    """The card games' answers never change what is dealt next, so each answer's return is its own
+    reward: discount 0. StatelessCartPole's actions steer the pole: the suite's 0.9 stays."""
+    card_game = name != "StatelessCartPoleEasy"
+    assert memory.load([], env=name).loss.discount == (0.0 if card_game else 0.9)
