@@ -55,9 +55,13 @@ def load(argv: list[str], env: str | None = None) -> Any:
 
 
 def env_config(cfg: Any, suite: str, entry: SuiteEnv) -> TrainConfig:
-    """``cfg`` for one env of a suite: its gym options, its run directory, an image stem if it needs one."""
+    """``cfg`` for one env of a suite: its gym options, its run directory, an image stem if it
+    needs one. It is a plain training config, without ``suite``, so that what the checkpoint
+    saves reads back as one (``agents.run_config.config_from_dict``: launch/evaluate.py, a Ray host)."""
     import envs
 
+    schema = rl_schema("gym", cfg.core.name)
+    cfg = schema(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(schema)})
     env = env_section("gym")(**entry.options)
     probe = envs.make("gym", num_envs=1, seed=cfg.run.seed, **entry.options)
     network = cfg.network

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 
 import pytest
@@ -65,3 +66,21 @@ def test_card_games_presets_discount_nothing(name):
     reward: discount 0. StatelessCartPole's actions steer the pole: the suite's 0.9 stays."""
     card_game = name != "StatelessCartPoleEasy"
     assert memory.load([], env=name).loss.discount == (0.0 if card_game else 0.9)
+
+
+def test_a_suite_runs_checkpoint_reads_back_as_a_training_config(tmp_path):
+    """What a memory run saves is a plain training config (no ``suite``): launch/evaluate.py loads
+    the agent, and a Ray host builds its config from the same dict."""
+    pytest.importorskip("bsuite")
+    from agents.config import to_dict
+    from agents.run_config import config_from_dict
+    from launch.evaluate import load_agent
+
+    entry = memory.SUITES["bsuite"][0]
+    cfg = memory.env_config(memory.load(["--suite", "bsuite", "--run_dir", str(tmp_path / "{env}"), *TINY],
+                                        entry.name), "bsuite", entry)
+    assert config_from_dict(to_dict(cfg), "test") == cfg
+    memory.train(dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, total_steps=64)))
+    model, saved, counters = load_agent(os.path.join(cfg.run.run_dir, "checkpoint.pt"))
+    assert saved.env.id == entry.options["id"] and counters["step"] >= 64
+    assert saved.core == cfg.core and model.core.output_size == 8
