@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 import torch
 import torch.nn.functional as F
@@ -25,19 +25,27 @@ from fastnet.state import State
 
 
 class MLPStem(nn.Module):
-    """Flatten the observation (scaled by 1/255 if uint8), then Linear + ReLU per hidden size."""
+    """Flatten the observation (scaled by 1/255 if uint8), then Linear + activation per hidden size.
+
+    ReLU is the default. Tanh is bounded and cannot die: on MiniGrid's raw object codes (up to
+    10) at the memory suites' lr, most ReLU units of the stem stop firing for every observation
+    (docs/memory_benchmarks.md, MemoryS7), and with them the agent's view of the object to remember.
+    """
 
     @dataclass
     class Config:
         """A multilayer perceptron on the flattened observation."""
 
         hidden_sizes: list[int] = field(default_factory=lambda: [64])
-        """Units of each Linear + ReLU layer."""
+        """Units of each Linear + activation layer."""
+        activation: Literal["relu", "tanh"] = "relu"
+        """The nonlinearity after each Linear: relu, or tanh (bounded; its units cannot die)."""
 
     def __init__(self, observation_shape: tuple[int, ...], config: Config):
         super().__init__()
         sizes = [math.prod(observation_shape), *config.hidden_sizes]
-        self.layers = nn.Sequential(*(m for i, o in zip(sizes[:-1], sizes[1:]) for m in (nn.Linear(i, o), nn.ReLU())))
+        act = {"relu": nn.ReLU, "tanh": nn.Tanh}[config.activation]
+        self.layers = nn.Sequential(*(m for i, o in zip(sizes[:-1], sizes[1:]) for m in (nn.Linear(i, o), act())))
         self.output_size = sizes[-1]
 
     def forward(self, obs: Tensor) -> Tensor:

@@ -29,3 +29,14 @@ def test_previous_reward_and_action_are_zeroed_at_episode_start():
     assert torch.allclose(logits[:, :1], fresh)  # done: as if reward 0 and no previous action
     clipped, _, _, _ = net(obs[:, 1:], torch.tensor([[-1.0]]), action[:, 1:], done[:, 1:], ())
     assert torch.allclose(logits[:, 1:], clipped)  # reward clipped to ±1
+
+
+def test_mlp_stem_activation_tanh_is_the_layers_own():
+    """``activation: tanh`` puts tanh after each Linear (computed here by hand); relu is the default."""
+    torch.manual_seed(0)
+    stem = make_stem("mlp", (6,), hidden_sizes=[5, 4], activation="tanh")
+    x = 10.0 * torch.randn(3, 6)  # large inputs, as MiniGrid's object codes
+    first, second = stem.layers[0], stem.layers[2]
+    hidden = torch.tanh(x @ first.weight.T + first.bias)
+    assert torch.allclose(stem(x), torch.tanh(hidden @ second.weight.T + second.bias))
+    assert isinstance(make_stem("mlp", (6,), hidden_sizes=[5]).layers[1], torch.nn.ReLU)
