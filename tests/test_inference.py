@@ -98,6 +98,22 @@ def _matches(unroll: dict, rows: dict, states: list, k: int, T: int) -> bool:
             and all(torch.allclose(unroll[f"state_{i}"], s, atol=1e-5) for i, s in enumerate(states[k * T])))
 
 
+def _closest(unroll: dict, rows: dict, states: list, T: int, candidates: int) -> str:
+    """Where an unroll parts from the rollout step that resembles it most (for the failure message)."""
+    def parts(k: int) -> dict[str, float]:
+        span = slice(k * T, k * T + T + 1)
+        diff = {key: (unroll[key].double() - rows[key][span].double()).abs().max().item()
+                for key in ("obs", "reward", "done", "action", "logits")}
+        diff.update({f"state_{i}": (unroll[f"state_{i}"] - s).abs().max().item() for i, s in enumerate(states[k * T])})
+        return diff
+    valid = [k for k in range(candidates) if (k + 1) * T < rows["obs"].shape[0]]
+    k = min(valid, key=lambda k: sum(v > 1e-4 for v in parts(k).values()))
+    span = slice(k * T, k * T + T + 1)
+    envs_apart = (unroll["obs"] != rows["obs"][span]).flatten(2).any(-1).any(0).nonzero().flatten().tolist()
+    return (f"closest is unroll {k} (its envs {envs_apart} see other observations), max differences "
+            + ", ".join(f"{n} {v:.2g}" for n, v in parts(k).items()))
+
+
 def _check_acts_as_sequential_rollouts(model, server, num_workers, splits, envs_per_unit, T, groups_per_batch):
     """Every unroll the server assembles is its unit's sequential rollout (observations, rewards,
     dones, actions, logits, and the core state at its start: with T = 1, the state at every
@@ -110,10 +126,13 @@ def _check_acts_as_sequential_rollouts(model, server, num_workers, splits, envs_
     with server:
         while min(len(k) for k in found.values()) < per_unit:
             for unit, unroll in _unrolls(server.get_batch(), envs_per_unit):
+                if len(found[unit]) == per_unit:  # a unit served more often than the slowest (a loaded machine):
+                    continue  # its first per_unit unrolls are checked; its rollout reference is not longer
                 rows, states = references[unit]
                 k = next((k for k in range(per_unit * 2) if k not in found[unit]
                           and _matches(unroll, rows, states, k, T)), None)  # (an episode may repeat another)
-                assert k is not None, f"an unroll of unit {unit} matches no other unroll of its sequential rollout"
+                assert k is not None, (f"unroll {len(found[unit])} of unit {unit} matches no other unroll of its "
+                                       f"sequential rollout; {_closest(unroll, rows, states, T, per_unit * 2)}")
                 found[unit].append(k)
     assert multiprocessing.active_children() == []
     for ks in found.values():
