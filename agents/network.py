@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Optional
 
@@ -22,6 +23,13 @@ from agents.popart import SIGMA_RANGE, PopArt
 from agents.resnet import ResNetStem
 from fastnet import make_core
 from fastnet.state import State
+
+
+def mlp(input_size: int, hidden_sizes: Sequence[int], activation: Literal["relu", "tanh"]) -> nn.Sequential:
+    """Linear + activation for each of ``hidden_sizes`` (an empty Sequential, the identity, for none)."""
+    sizes = [input_size, *hidden_sizes]
+    act = {"relu": nn.ReLU, "tanh": nn.Tanh}[activation]
+    return nn.Sequential(*(m for i, o in zip(sizes[:-1], sizes[1:]) for m in (nn.Linear(i, o), act())))
 
 
 class MLPStem(nn.Module):
@@ -43,10 +51,8 @@ class MLPStem(nn.Module):
 
     def __init__(self, observation_shape: tuple[int, ...], config: Config):
         super().__init__()
-        sizes = [math.prod(observation_shape), *config.hidden_sizes]
-        act = {"relu": nn.ReLU, "tanh": nn.Tanh}[config.activation]
-        self.layers = nn.Sequential(*(m for i, o in zip(sizes[:-1], sizes[1:]) for m in (nn.Linear(i, o), act())))
-        self.output_size = sizes[-1]
+        self.layers = mlp(math.prod(observation_shape), config.hidden_sizes, config.activation)
+        self.output_size = config.hidden_sizes[-1] if config.hidden_sizes else math.prod(observation_shape)
 
     def forward(self, obs: Tensor) -> Tensor:
         x = obs.float() / 255.0 if obs.dtype == torch.uint8 else obs.float()
@@ -79,6 +85,9 @@ class NetworkConfig:
     """Clip rewards to ±this for the core input and the loss (null: the raw reward)."""
     prev_action: bool = True
     """Feed the one-hot previous action to the core."""
+    head_sizes: list[int] = field(default_factory=list)
+    """Units of each Linear + tanh layer between the core and each head, the policy's and the
+    baseline's apart (BabyAI's heads: [64]); empty: linear heads on the core's output."""
 
     stem: ClassVar[str]
 
@@ -103,22 +112,25 @@ class ResNetNetworkConfig(NetworkConfig, ResNetStem.Config):
 
 
 class AgentNet(nn.Module):
-    """stem -> core (``fastnet.make_core``) -> policy logits and baseline (linear heads; the
-    baseline a :class:`agents.popart.PopArt` head, with σ at least ``popart_min_sigma``, when
-    ``popart_step`` is given)."""
+    """stem -> core (``fastnet.make_core``) -> policy logits and baseline: each head a Linear + tanh
+    layer per ``head_sizes`` (none by default), then a linear output (the baseline's a
+    :class:`agents.popart.PopArt` head, with σ at least ``popart_min_sigma``, when ``popart_step``
+    is given)."""
 
     def __init__(self, observation_shape: tuple[int, ...], num_actions: int, core: str,
                  core_options: dict[str, Any], stem: str = "mlp", stem_options: dict[str, Any] | None = None,
                  reward_clip: float | None = None, prev_action: bool = True, popart_step: float | None = None,
-                 popart_min_sigma: float = SIGMA_RANGE[0]):
+                 popart_min_sigma: float = SIGMA_RANGE[0], head_sizes: Sequence[int] = ()):
         super().__init__()
         self.num_actions, self.reward_clip, self.prev_action = num_actions, reward_clip, prev_action
         self.stem = make_stem(stem, observation_shape, **(stem_options or {}))
         core_input = self.stem.output_size + 1 + (num_actions if prev_action else 0)
         self.core = make_core(core, core_input, **core_options)
-        self.policy = nn.Linear(self.core.output_size, num_actions)
-        self.baseline = nn.Linear(self.core.output_size, 1) if popart_step is None \
-            else PopArt(self.core.output_size, popart_step, popart_min_sigma)
+        self.policy_torso = mlp(self.core.output_size, head_sizes, "tanh")
+        self.baseline_torso = mlp(self.core.output_size, head_sizes, "tanh")
+        width = head_sizes[-1] if head_sizes else self.core.output_size
+        self.policy = nn.Linear(width, num_actions)
+        self.baseline = nn.Linear(width, 1) if popart_step is None else PopArt(width, popart_step, popart_min_sigma)
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         return self.core.initial_state(batch_size, device)
@@ -133,7 +145,7 @@ class AgentNet(nn.Module):
         the whole sequence at once, so gradients flow through the state across the T steps.
         """
         y, state, aux = self.core_outputs(obs, prev_reward, prev_action, done, state, truncate_per_step)
-        return self.policy(y), self.baseline(y).squeeze(-1), state, aux
+        return self.policy(self.policy_torso(y)), self.baseline(self.baseline_torso(y)).squeeze(-1), state, aux
 
     def core_outputs(self, obs: Tensor, prev_reward: Tensor, prev_action: Tensor, done: Tensor, state: State,
                      truncate_per_step: bool = False) -> tuple[Tensor, State, dict[str, Tensor]]:
@@ -176,7 +188,8 @@ class AgentNet(nn.Module):
         checks on the host copy it makes anyway (:func:`check_actions`).
         """
         y, state, _ = self.core_outputs(obs[None], prev_reward[None], prev_action[None], done[None], state)
-        logits = self.policy(y[0])  # no value head: acting needs none (PopArt's would cost ~50 µs a step)
+        # no value head: acting needs none (PopArt's would cost ~50 µs a step)
+        logits = self.policy(self.policy_torso(y[0]))
         if logits.device.type == "cpu":
             if not torch.isfinite(logits).all():
                 raise NonFinitePolicyError(NONFINITE_LOGITS)

@@ -276,4 +276,4 @@ def build_model(cfg: TrainConfig, observation_shape: tuple[int, ...], num_action
     return AgentNet(observation_shape, num_actions, cfg.core.name, options(cfg.core), stem=cfg.network.stem,
                     stem_options=cfg.network.stem_options(), reward_clip=cfg.network.reward_clip,
                     prev_action=cfg.network.prev_action, popart_step=cfg.loss.popart_step if cfg.loss.popart else None,
-                    popart_min_sigma=cfg.loss.popart_min_sigma)
+                    popart_min_sigma=cfg.loss.popart_min_sigma, head_sizes=cfg.network.head_sizes)

@@ -66,7 +66,8 @@ def env_config(cfg: Any, suite: str, entry: SuiteEnv) -> TrainConfig:
     probe = envs.make("gym", num_envs=1, seed=cfg.run.seed, **entry.options)
     network = cfg.network
     if probe.stem == "resnet" and network.stem != "resnet":
-        network = ResNetNetworkConfig(reward_clip=network.reward_clip, prev_action=network.prev_action)
+        network = ResNetNetworkConfig(reward_clip=network.reward_clip, prev_action=network.prev_action,
+                                      head_sizes=network.head_sizes)
     probe.close()
     run_dir = cfg.run.run_dir.format(suite=suite, env=entry.name, core=cfg.core.name)
     return dataclasses.replace(cfg, env=env, network=network, run=dataclasses.replace(cfg.run, run_dir=run_dir))

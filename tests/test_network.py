@@ -40,3 +40,24 @@ def test_mlp_stem_activation_tanh_is_the_layers_own():
     hidden = torch.tanh(x @ first.weight.T + first.bias)
     assert torch.allclose(stem(x), torch.tanh(hidden @ second.weight.T + second.bias))
     assert isinstance(make_stem("mlp", (6,), hidden_sizes=[5]).layers[1], torch.nn.ReLU)
+
+
+def test_head_sizes_put_a_tanh_layer_before_each_head():
+    """``head_sizes`` gives the policy and the baseline each their own Linear + tanh layers
+    (computed here by hand); none by default, where the heads read the core's output directly."""
+    torch.manual_seed(0)
+    net = AgentNet((6,), 3, "ff", {}, stem_options={"hidden_sizes": [8]}, head_sizes=[5])
+    obs, reward = torch.randn(2, 4, 6), torch.zeros(2, 4)
+    action, done = torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 4, dtype=torch.bool)
+    logits, baseline, _, _ = net(obs, reward, action, done, ())
+    y, _, _ = net.core_outputs(obs, reward, action, done, ())
+    hidden_pi = torch.tanh(y @ net.policy_torso[0].weight.T + net.policy_torso[0].bias)
+    hidden_v = torch.tanh(y @ net.baseline_torso[0].weight.T + net.baseline_torso[0].bias)
+    assert torch.allclose(logits, hidden_pi @ net.policy.weight.T + net.policy.bias)
+    assert torch.allclose(baseline, (hidden_v @ net.baseline.weight.T + net.baseline.bias).squeeze(-1))
+    assert not torch.allclose(hidden_pi, hidden_v)  # two torsos, not one shared
+    acted_logits = net.act(obs[0], reward[0], action[0], done[0], ())[1]
+    assert torch.allclose(acted_logits, logits[0])
+    plain = AgentNet((6,), 3, "ff", {}, stem_options={"hidden_sizes": [8]})
+    assert not any(k.startswith(("policy_torso", "baseline_torso")) for k in plain.state_dict())
+    assert plain.policy.in_features == plain.core.output_size
