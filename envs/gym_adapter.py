@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib
 import inspect
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import gymnasium
@@ -159,16 +161,32 @@ class ObservationAdapter(gymnasium.ObservationWrapper, gymnasium.utils.RecordCon
         return np.asarray(flat, np.float32)
 
 
-def make_single(id: str, observation: Literal["auto", "flat"] = "auto", max_episode_steps: int = 0
-                ) -> ObservationAdapter:
-    """One env ``id`` (module docstring), its observations adapted; ``max_episode_steps`` > 0
-    adds a time limit (Gymnasium's ``TimeLimit``; 0 keeps the env's own)."""
+def wrapper_class(name: str) -> type:
+    """The Gymnasium wrapper ``"module:Class"``; ValueError naming what is wrong."""
+    module, _, cls_name = name.partition(":")
+    if not module or not cls_name:
+        raise ValueError(f"wrapper {name!r} is not 'module:Class' (e.g. minigrid.wrappers:OneHotPartialObsWrapper)")
+    try:
+        cls = getattr(importlib.import_module(module), cls_name)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"wrapper {name!r} cannot be loaded: {e}") from None
+    if not (isinstance(cls, type) and issubclass(cls, gymnasium.Wrapper)):
+        raise ValueError(f"wrapper {name!r} is not a gymnasium.Wrapper")
+    return cls
+
+
+def make_single(id: str, observation: Literal["auto", "flat"] = "auto", max_episode_steps: int = 0,
+                wrappers: Sequence[str] = ()) -> ObservationAdapter:
+    """One env ``id`` (module docstring), wrapped by each of ``wrappers`` in turn, its observations
+    adapted; ``max_episode_steps`` > 0 adds a time limit (Gymnasium's ``TimeLimit``; 0 keeps the env's own)."""
     if id.startswith(BSUITE_PREFIX):
         env: gymnasium.Env = BsuiteEnv(id[len(BSUITE_PREFIX):])
         if max_episode_steps > 0:
             env = gymnasium.wrappers.TimeLimit(env, max_episode_steps)
     else:
         env = gymnasium.make(id, max_episode_steps=max_episode_steps or None)
+    for name in wrappers:
+        env = wrapper_class(name)(env)
     if not isinstance(env.action_space, spaces.Discrete):
         raise ValueError(f"env {id!r} has action space {env.action_space}; the agents need a Discrete one")
     return ObservationAdapter(env, observation)
@@ -192,17 +210,21 @@ class GymEnv:
         observation: ``"auto"`` (images stay uint8 [C, H, W]; the rest is flattened to
             float32) or ``"flat"`` (everything flattened).
         max_episode_steps: a time limit in steps; 0 keeps the env's own.
+        wrappers: Gymnasium wrappers, ``"module:Class"``, applied in order before the observations
+            are adapted (MiniGrid's one-hot view: ``"minigrid.wrappers:OneHotPartialObsWrapper"``).
         vectorization: ``"sync"`` (all envs in this process) or ``"async"`` (one process each).
     """
 
     def __init__(self, num_envs: int, seed: int = 0, *, id: str, observation: Literal["auto", "flat"] = "auto",
-                 max_episode_steps: int = 0, vectorization: Literal["sync", "async"] = "sync") -> None:
+                 max_episode_steps: int = 0, wrappers: tuple[str, ...] = (),
+                 vectorization: Literal["sync", "async"] = "sync") -> None:
         """
         Args:
             id: A Gymnasium id with a discrete action space ("module:Id" imports the module first), or
                 bsuite/<experiment>/<index>.
             observation: auto (uint8 images kept as [C, H, W] for a conv stem, all else flattened) or flat.
             max_episode_steps: Cut episodes after this many steps (0: the env's own limit).
+            wrappers: Gymnasium wrappers applied in order, as module:Class (minigrid.wrappers:OneHotPartialObsWrapper).
             vectorization: Gymnasium's sync (one process) or async (one process per env) vector env.
         """
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
@@ -216,7 +238,8 @@ class GymEnv:
                                      ("vectorization", vectorization, ("sync", "async"))):
             if value not in valid:
                 raise ValueError(f"{option} must be one of {valid}, got {value!r}")
-        probe = make_single(id, observation, max_episode_steps)
+        wrappers = tuple(wrappers)
+        probe = make_single(id, observation, max_episode_steps, wrappers)
         self.id, self.num_envs, self.seed_value = id, int(num_envs), int(seed)
         self.kind = probe.kind
         self.stem = "resnet" if self.kind == "image" else "mlp"
@@ -225,7 +248,7 @@ class GymEnv:
         self.num_actions = int(probe.action_space.n)
         self._action_start = int(probe.action_space.start)
         probe.close()
-        fns = [functools.partial(make_single, id, observation, max_episode_steps)] * self.num_envs
+        fns = [functools.partial(make_single, id, observation, max_episode_steps, wrappers)] * self.num_envs
         vector = SyncVectorEnv if vectorization == "sync" else AsyncVectorEnv
         self._env = vector(fns, autoreset_mode=AutoresetMode.SAME_STEP)
         self._totals = EpisodeTotals(self.num_envs)

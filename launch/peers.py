@@ -86,7 +86,7 @@ def make_single_env(env: str, seed: int, index: int) -> Any:
         from envs.gym_adapter import make_single
 
         _, entry = suite_env(env)
-        single = make_single(entry.options["id"], observation="flat")
+        single = make_single(entry.options["id"], observation="flat", wrappers=entry.options.get("wrappers", ()))
     single.reset(seed=seed * 1000 + index)
     return single
 

@@ -143,6 +143,41 @@ def test_check_env_on_wrapped_envs(env_id: str) -> None:
     check_env(make_single(env_id), skip_render_check=True)
 
 
+class Doubled(gymnasium.ObservationWrapper):
+    """Observations times 2 (a wrapper for ``wrappers``)."""
+
+    def observation(self, observation: Any) -> Any:
+        return observation * 2
+
+
+class PlusOne(gymnasium.ObservationWrapper):
+    """Observations plus 1."""
+
+    def observation(self, observation: Any) -> Any:
+        return observation + 1
+
+
+def test_wrappers_apply_in_order() -> None:
+    """``wrappers`` wrap each env in the order given: (x * 2) + 1, not (x + 1) * 2."""
+    plain = envs.make("gym", num_envs=2, seed=3, id="DeltaBeastTest/box-v0")
+    wrapped = envs.make("gym", num_envs=2, seed=3, id="DeltaBeastTest/box-v0",
+                        wrappers=(f"{__name__}:Doubled", f"{__name__}:PlusOne"))
+    np.testing.assert_array_equal(wrapped.reset(), plain.reset() * 2 + 1)
+    actions = np.array([1, 2])
+    np.testing.assert_array_equal(wrapped.step(actions)[0], plain.step(actions)[0] * 2 + 1)
+    assert make_single("DeltaBeastTest/box-v0", wrappers=[f"{__name__}:PlusOne"]).env.__class__ is PlusOne
+
+
+def test_minigrid_one_hot_view() -> None:
+    """MiniGrid's one-hot view through ``wrappers``: 7x7 cells of 20 one-hot bits, then the direction."""
+    pytest.importorskip("minigrid")
+    env = envs.make("gym", num_envs=1, id="minigrid:MiniGrid-MemoryS7-v0",
+                    wrappers=("minigrid.wrappers:OneHotPartialObsWrapper",))
+    obs = env.reset()
+    assert env.observation_shape == (4 + 7 * 7 * 20,) and set(np.unique(obs)) <= {0.0, 1.0}
+    assert obs[0, :4].sum() == 1 and (obs[0, 4:].reshape(49, 20).sum(-1) == 3).all()  # type, colour, state
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="Discrete one"):
         envs.make("gym", num_envs=1, id="DeltaBeastTest/multi-v0")
@@ -154,6 +189,12 @@ def test_bad_arguments() -> None:
         envs.make("gym", num_envs=1, id="CartPole-v1", vectorization="threads")
     with pytest.raises(gymnasium.error.Error):
         envs.make("gym", num_envs=1, id="NoSuchEnv-v0")
+    with pytest.raises(ValueError, match="is not 'module:Class'"):
+        envs.make("gym", num_envs=1, id="CartPole-v1", wrappers=("Doubled",))
+    with pytest.raises(ValueError, match="cannot be loaded"):
+        envs.make("gym", num_envs=1, id="CartPole-v1", wrappers=(f"{__name__}:Tripled",))
+    with pytest.raises(ValueError, match="is not a gymnasium.Wrapper"):
+        envs.make("gym", num_envs=1, id="CartPole-v1", wrappers=(f"{__name__}:ToyEnv",))
     env = envs.make("gym", num_envs=2, id="CartPole-v1")
     env.reset()
     with pytest.raises(ValueError, match=r"actions must be in 0\.\.1"):
