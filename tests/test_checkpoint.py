@@ -416,3 +416,17 @@ def test_a_failed_write_names_what_is_intact_in_plain_words(tmp_path, what, noun
     (tmp_path / "f").write_text("kept")
     error = files.write_failure(OSError(errno.ENOSPC, "No space left on device"), what, str(tmp_path / "f"))
     assert f"(the previous {noun} is intact)" in str(error)
+
+
+def test_check_same_run_reads_saved_lists_as_the_tuples_they_were():
+    """A tuple setting (the gym env's ``wrappers``) is saved as a list: the same run resumes, and
+    other wrappers are named as a change."""
+    from launch import memory
+
+    wrapped = ["--suite", "minigrid", "--env.wrappers", '["minigrid.wrappers:OneHotPartialObsWrapper"]']
+    saved = to_dict(memory.load(wrapped))
+    assert saved["env"]["wrappers"] == ["minigrid.wrappers:OneHotPartialObsWrapper"]
+    check_same_run(saved, memory.load(wrapped), RESUMABLE, "ckpt.pt")
+    change = r"env.wrappers \['minigrid.wrappers:OneHotPartialObsWrapper'\] -> \[\]"
+    with pytest.raises(ConfigMismatchError, match=change):
+        check_same_run(saved, memory.load(["--suite", "minigrid"]), RESUMABLE, "ckpt.pt")
