@@ -68,19 +68,23 @@ def test_card_games_presets_discount_nothing(name):
     assert memory.load([], env=name).loss.discount == (0.0 if card_game else 0.9)
 
 
-def test_a_suite_runs_checkpoint_reads_back_as_a_training_config(tmp_path):
+@pytest.mark.parametrize("suite", ["bsuite", "minigrid"])
+def test_a_suite_runs_checkpoint_reads_back_as_a_training_config(suite, tmp_path):
     """What a memory run saves is a plain training config (no ``suite``): launch/evaluate.py loads
-    the agent, and a Ray host builds its config from the same dict."""
-    pytest.importorskip("bsuite")
+    the agent, and a Ray host builds its config from the same dict. MiniGrid's carries its env's
+    wrappers (the one-hot view) and its preset's tanh heads."""
+    pytest.importorskip(suite)
     from agents.config import to_dict
     from agents.run_config import config_from_dict
     from launch.evaluate import load_agent
 
-    entry = memory.SUITES["bsuite"][0]
-    cfg = memory.env_config(memory.load(["--suite", "bsuite", "--run_dir", str(tmp_path / "{env}"), *TINY],
-                                        entry.name), "bsuite", entry)
+    entry = memory.SUITES[suite][0]
+    cfg = memory.env_config(memory.load(["--suite", suite, "--run_dir", str(tmp_path / "{env}"), *TINY],
+                                        entry.name), suite, entry)
     assert config_from_dict(to_dict(cfg), "test") == cfg
     memory.train(dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, total_steps=64)))
     model, saved, counters = load_agent(os.path.join(cfg.run.run_dir, "checkpoint.pt"))
     assert saved.env.id == entry.options["id"] and counters["step"] >= 64
+    assert saved.env.wrappers == tuple(entry.options.get("wrappers", ()))
     assert saved.core == cfg.core and model.core.output_size == 8
+    assert len(model.policy_torso) == (2 if suite == "minigrid" else 0)  # Linear + tanh
