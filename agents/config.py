@@ -305,15 +305,16 @@ def options(section: Any) -> dict[str, Any]:
 
 def to_dict(config: Any) -> dict[str, Any]:
     """The config as plain nested dicts (for YAML dumps and checkpoints)."""
-    return _plain(dataclasses.asdict(config))
+    return plain(dataclasses.asdict(config))
 
 
-def _plain(value: Any) -> Any:
-    """Built-in types only (jsonargparse's restricted numbers are float/int subclasses)."""
+def plain(value: Any) -> Any:
+    """Built-in types only, as a config is saved (tuples become lists; jsonargparse's restricted
+    numbers are float/int subclasses)."""
     if isinstance(value, dict):  # a named section's name first: core: {name: delta, ...}
-        return {k: _plain(value[k]) for k in sorted(value, key=lambda k: k != "name")}
+        return {k: plain(value[k]) for k in sorted(value, key=lambda k: k != "name")}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     for tp in (bool, int, float, str):
         if isinstance(value, tp):
             return tp(value)

@@ -238,7 +238,6 @@ class GymEnv:
                                      ("vectorization", vectorization, ("sync", "async"))):
             if value not in valid:
                 raise ValueError(f"{option} must be one of {valid}, got {value!r}")
-        wrappers = tuple(wrappers)
         probe = make_single(id, observation, max_episode_steps, wrappers)
         self.id, self.num_envs, self.seed_value = id, int(num_envs), int(seed)
         self.kind = probe.kind

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
+from agents.config import plain
 from agents.errors import (
     CheckpointError,
     ConfigMismatchError,
@@ -201,8 +202,8 @@ def _settings(current: Any, saved: dict[str, Any], prefix: str = "") -> Iterator
         value = getattr(current, f.name)
         if dataclasses.is_dataclass(value) and isinstance(saved[f.name], dict):
             yield from _settings(value, saved[f.name], f"{prefix}{f.name}.")
-        else:  # a saved tuple reads back as a list (the checkpoint holds plain data)
-            yield f"{prefix}{f.name}", saved[f.name], list(value) if isinstance(value, tuple) else value
+        else:  # compared as saved: plain data (a tuple is saved as a list)
+            yield f"{prefix}{f.name}", saved[f.name], plain(value)
 
 
 def check_same_run(saved: dict[str, Any], current: Any, may_change: tuple[str, ...], path: str) -> None:
