@@ -3,6 +3,7 @@
     python launch/evaluate.py runs/atari-Pong-delta                 # its milestone checkpoints (50M, 200M)
     python launch/evaluate.py runs/atari-*-* --steps 50000000 200000000 --out runs/eval
     python launch/evaluate.py runs/atari-Pong-lstm/checkpoint.pt --sample   # sample instead of argmax
+    python launch/evaluate.py runs/memory/minigrid/MemoryS7-lstm --sample --memory no_core_state
 
 Each argument is a checkpoint file or a run directory; a directory stands for its milestone
 checkpoints ``checkpoint-<step>.pt`` (with ``--steps``: the first at each step or within 1% past
@@ -20,6 +21,10 @@ over ``--workers`` processes (default: all cores). Writes ``OUT/evaluation.json`
 episode's score and length) and ``OUT/evaluation.md``: one table per step in Table 9/10's
 layout (rows games, columns cores), each cell ours with the paper's figure beside it where the
 paper has one (50M: Table 9, 200M: Table 10).
+
+``--memory`` ablates the agent's memory, to tell a policy that remembers from one that reacts:
+``no_core_state`` zeroes the core state before every step (the previous action and reward are
+still given), ``none`` takes those away too (every step is played as an episode's first).
 """
 from __future__ import annotations
 
@@ -100,18 +105,34 @@ def summarize(runs: list[dict[str, list]], ddof: int = 0) -> dict[str, Any]:
 # ---------------------------------------------------------------- checkpoints
 
 
-class ModelPolicy:
-    """An AgentNet stepped one step at a time (on ``device``); argmax actions or samples."""
+MEMORY_ABLATIONS = ("full", "no_core_state", "none")
 
-    def __init__(self, model: Any, num_envs: int, sample: bool = False, seed: int = 0, device: str = "cpu"):
+
+class ModelPolicy:
+    """An AgentNet stepped one step at a time (on ``device``); argmax actions or samples.
+
+    ``memory``: ``full``; ``no_core_state``, the core state zeroed before every step;
+    ``none``, every step played as an episode's first (the state, previous action and reward
+    zeroed by the net's reset at ``done``).
+    """
+
+    def __init__(self, model: Any, num_envs: int, sample: bool = False, seed: int = 0, device: str = "cpu",
+                 memory: str = "full"):
         import torch
 
-        self.torch, self.device, self.sample = torch, torch.device(device), sample
+        if memory not in MEMORY_ABLATIONS:
+            raise ConfigError(f"memory: {memory!r} is not one of {', '.join(MEMORY_ABLATIONS)}")
+        self.torch, self.device, self.sample, self.memory = torch, torch.device(device), sample, memory
         self.model = model.eval().to(self.device)
+        self.num_envs = num_envs
         self.state = self.model.initial_state(num_envs, self.device)
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
     def __call__(self, obs: np.ndarray, reward: np.ndarray, action: np.ndarray, done: np.ndarray) -> np.ndarray:
+        if self.memory == "no_core_state":
+            self.state = self.model.initial_state(self.num_envs, self.device)
+        elif self.memory == "none":
+            done = np.ones_like(done)
         inputs = [self.torch.from_numpy(x).to(self.device) for x in (obs, reward, action, done)]
         chosen, _, self.state = self.model.act(*inputs, self.state, sample=self.sample, generator=self.generator)
         return chosen.cpu().numpy()
@@ -167,8 +188,9 @@ def describe(path: str) -> dict[str, Any]:
 
     payload = read_checkpoint(path)
     env, core = payload["config"]["env"], payload["config"]["core"]
-    return {"checkpoint": os.path.abspath(path), "env": env["name"], "game": env.get("game", env["name"]),
-            "core": core["name"], "step": int(payload["counters"]["step"])}
+    game = env.get("game", env.get("id", env["name"]))  # Atari's game, or a gym env's id
+    return {"checkpoint": os.path.abspath(path), "env": env["name"], "game": game, "core": core["name"],
+            "step": int(payload["counters"]["step"])}
 
 
 _MODELS: dict[str, Any] = {}
@@ -195,7 +217,7 @@ def evaluate_job(job: dict[str, Any]) -> dict[str, Any]:
 
     def make_policy(run: int) -> ModelPolicy:
         return ModelPolicy(model, job["envs_per_run"] or job["episodes"], job["sample"], job["seed"] + run,
-                           job["device"])
+                           job["device"], job["memory"])
 
     start = time.time()
     result = run_one(make_env, make_policy, job["run"], job["episodes"], job["envs_per_run"], job["seed"])
@@ -204,11 +226,12 @@ def evaluate_job(job: dict[str, Any]) -> dict[str, Any]:
 
 def evaluate(paths: list[str], runs: int = 5, episodes: int = 30, sample: bool = False, workers: int | None = None,
              envs_per_run: int | None = None, seed: int = 0, env_overrides: dict[str, Any] | None = None,
-             ddof: int = 0, progress: bool = True, device: str = "cpu") -> list[dict[str, Any]]:
+             ddof: int = 0, progress: bool = True, device: str = "cpu", memory: str = "full") -> list[dict[str, Any]]:
     """Score every checkpoint in ``paths``; one result dict per checkpoint (see :func:`summarize`)."""
     infos = [describe(p) for p in paths]
     jobs = [{"checkpoint": info["checkpoint"], "run": r, "episodes": episodes, "envs_per_run": envs_per_run,
-             "sample": sample, "seed": seed, "env_overrides": dict(env_overrides or {}), "device": device}
+             "sample": sample, "seed": seed, "env_overrides": dict(env_overrides or {}), "device": device,
+             "memory": memory}
             for info in infos for r in range(runs)]
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     done_jobs: list[dict[str, Any]] = []
@@ -225,7 +248,7 @@ def evaluate(paths: list[str], runs: int = 5, episodes: int = 30, sample: bool =
     for info in infos:
         mine = sorted((j for j in done_jobs if j["checkpoint"] == info["checkpoint"]), key=lambda j: j["run"])
         per_run = [{"run": j["run"], "scores": j["scores"], "lengths": j["lengths"]} for j in mine]
-        results.append({**info, "policy": "sample" if sample else "argmax", "seed": seed,
+        results.append({**info, "policy": "sample" if sample else "argmax", "memory": memory, "seed": seed,
                         "env_overrides": dict(env_overrides or {}), "ddof": ddof,
                         **summarize(per_run, ddof), "per_run": per_run})
     return results
@@ -254,10 +277,11 @@ def markdown(results: list[dict[str, Any]]) -> str:
         paper = PAPER_SCORES.get(step, {})
         label = (f"{step // 1_000_000}M steps" if step % 1_000_000 == 0 else f"{step:,} steps") \
             + (f" ({TABLE_OF_STEP[step]})" if step in TABLE_OF_STEP else "")
-        policy = ", ".join(sorted({r["policy"] for r in group}))
+        policy = ", ".join(sorted({f"{r['policy']} actions" + ("" if r.get("memory", "full") == "full"
+                                                                 else f", memory {r['memory']}") for r in group}))
         runs = ", ".join(sorted({f"{r['runs']} runs x {r['episodes'] // max(r['runs'], 1)} episodes" for r in group}))
         lines += [f"### {label}", "",
-                  f"Mean ± std of the per-run mean scores ({runs}, {policy} actions)"
+                  f"Mean ± std of the per-run mean scores ({runs}, {policy})"
                   + ("; the paper's figure in brackets." if paper else "."), ""]
         cores = [c for c in TABLE_COLUMNS if any(r["core"] == c for r in group)]
         cores += sorted({r["core"] for r in group} - set(cores))
@@ -302,6 +326,9 @@ def make_parser() -> Any:
     p.add_argument("--envs_per_run", type=PositiveInt, default=None,
                    help="Games played at once per run; must divide --episodes (default: all of them).")
     p.add_argument("--sample", action="store_true", help="Sample actions from the policy instead of its argmax.")
+    p.add_argument("--memory", type=str, choices=MEMORY_ABLATIONS, default="full",
+                   help="Memory ablation: full; no_core_state (the core state zeroed before every step); "
+                        "none (the previous action and reward zeroed too).")
     p.add_argument("--workers", type=PositiveInt, default=None, help="Parallel processes (default: all cores).")
     p.add_argument("--seed", type=int, default=0,
                    help="Seed of the envs (run r plays seeds seed + r * envs_per_run + i) and of sampling.")
@@ -336,7 +363,7 @@ def run(argv: list[str]) -> list[dict[str, Any]]:
     overrides = {} if cfg.max_episode_frames is None else {"max_episode_frames": cfg.max_episode_frames}
     paths = expand_targets(cfg.targets, cfg.steps)
     results = evaluate(paths, cfg.runs, cfg.episodes, cfg.sample, cfg.workers, cfg.envs_per_run, cfg.seed,
-                       overrides, cfg.ddof, device=cfg.device)
+                       overrides, cfg.ddof, device=cfg.device, memory=cfg.memory)
     json_path, md_path = write_outputs(results, cfg.out)
     print(markdown(results))
     print(f"wrote {json_path} and {md_path}")

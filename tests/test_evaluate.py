@@ -153,3 +153,53 @@ def test_steps_pick_the_milestone_saved_at_or_just_past_them(tmp_path, capsys):
     paths = evaluate.expand_targets([str(tmp_path)], [50_000_000, 200_000_000, 100_000_000])
     assert [os.path.basename(p) for p in paths] == ["checkpoint-50000640.pt", "checkpoint-200000000.pt"]
     assert "no checkpoint at step 100,000,000" in capsys.readouterr().err
+
+
+class _CountingModel:
+    """Records what the policy hands to ``act``; its state counts the steps since the last reset."""
+
+    def __init__(self):
+        self.calls = []
+
+    def eval(self):
+        return self
+
+    def to(self, device):
+        return self
+
+    def initial_state(self, batch_size, device=None):
+        import torch
+        return torch.zeros(batch_size)
+
+    def act(self, obs, reward, action, done, state, sample=False, generator=None):
+        import torch
+        self.calls.append((state.clone(), done.clone(), reward.clone(), action.clone()))
+        state = torch.where(done, torch.zeros_like(state), state) + 1
+        return torch.zeros(len(obs), dtype=torch.long), None, state
+
+
+@pytest.mark.parametrize("memory", ["full", "no_core_state", "none"])
+def test_memory_ablations_reset_what_they_name(memory):
+    """full carries the state from step to step; no_core_state hands act a fresh state every step
+    but keeps done, the previous reward and action; none marks every step as an episode's first."""
+    model = _CountingModel()
+    policy = evaluate.ModelPolicy(model, num_envs=2, memory=memory)
+    obs, reward, action = np.zeros((2, 3), np.float32), np.array([0.5, -1.0], np.float32), np.array([2, 1])
+    for t in range(3):
+        policy(obs, reward, action, np.array([t == 0, False]))
+    states = [c[0].tolist() for c in model.calls]
+    dones = [c[1].tolist() for c in model.calls]
+    if memory == "full":
+        assert states == [[0, 0], [1, 1], [2, 2]] and dones == [[True, False], [False, False], [False, False]]
+    elif memory == "no_core_state":
+        assert states == [[0, 0]] * 3 and dones == [[True, False], [False, False], [False, False]]
+    else:
+        assert dones == [[True, True]] * 3
+    assert all(c[2].tolist() == [0.5, -1.0] and c[3].tolist() == [2, 1] for c in model.calls)  # the net masks them
+
+
+def test_memory_ablation_is_checked():
+    with pytest.raises(evaluate.ConfigError, match="memory"):
+        evaluate.ModelPolicy(_CountingModel(), num_envs=1, memory="amnesia")
+    with pytest.raises(evaluate.ConfigError, match="--memory"):
+        evaluate.load(["x.pt", "--memory", "amnesia"])
