@@ -162,8 +162,10 @@ def server_mode(device: torch.device, quick: bool = False) -> int:
 
     with tempfile.TemporaryDirectory() as run_dir:
         updates = 60 if quick else 300
-        cfg = maze.load(["--core", "lstm", "--device", str(device), "--actor.inference", "server", "--run_dir",
-                         run_dir, "--log.tensorboard", "false", "--total_steps", str(updates * 128 * 20)])
+        flags = ["--core", "lstm", "--device", str(device), "--actor.inference", "server", "--run_dir", run_dir,
+                 "--log.tensorboard", "false"]
+        cfg = maze.load(flags)
+        cfg.run.total_steps = updates * cfg.learner.batch_size * cfg.actor.unroll_length
         summary = train(cfg)
         ok = summary["updates"] == updates
         failed += not ok

@@ -14,6 +14,7 @@ from fastnet.kernels import dispatch
 torch.set_num_threads(1)
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported, as in test_kernels
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # the device of the tests that run kernels for real
 KERNELS = ("fused_recurrent_fast_weight", "chunk_delta_rule", "fused_recurrent_rec_delta",
            "fused_recurrent_delta_rnn", "fused_recurrent_srwm")
 
@@ -28,9 +29,10 @@ def fresh_dispatch(monkeypatch):
 
 
 def simulate_gpu(monkeypatch):
-    """CPU tensors count as a device the kernels can run on (they run in Triton's interpreter)."""
+    """CPU tensors count as a device the kernels can run on (without CUDA they run in Triton's interpreter,
+    set above). It sets no TRITON_INTERPRET itself: Triton reads it when it first compiles, so setting it
+    here would break the tests on a real GPU that follow in the same process."""
     monkeypatch.setattr(dispatch, "kernels_can_run", lambda device: True)
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
 def test_modes_env_var_and_errors(monkeypatch):
@@ -108,33 +110,49 @@ def test_auto_self_check_mismatch_falls_back_for_that_kernel_only(monkeypatch):
     the reference): only its ops fall back, and the core's output is the reference's."""
     from fastnet.kernels import cases, ops
 
-    simulate_gpu(monkeypatch)
+    if DEV == "cpu":
+        simulate_gpu(monkeypatch)
     real = ops.fused_recurrent_fast_weight
     monkeypatch.setattr(ops, "fused_recurrent_fast_weight", lambda *a, **kw: tuple(t * 1.01 for t in real(*a, **kw)))
     monkeypatch.setattr(cases, "CASES", {op: cases.CASES[op] for op in ("fused_recurrent", "rec_delta")})  # quicker
     with pytest.warns(RuntimeWarning, match=r"fused_recurrent: sum: mismatch against the reference \(tensor 0: "
                                             r"relative error 1\.00e-02\)") as caught:
-        assert not dispatch.use_triton("fused_recurrent", torch.zeros(1))
+        assert not dispatch.use_triton("fused_recurrent", torch.zeros(1, device=DEV))
     assert len(caught) == 1
-    assert dispatch._checked["rec_delta"] is None and dispatch.use_triton("rec_delta", torch.zeros(1))
+    assert dispatch._checked["rec_delta"] is None and dispatch.use_triton("rec_delta", torch.zeros(1, device=DEV))
+
+
+def test_self_check_names_where_a_bare_assert_failed(monkeypatch):
+    """An exception with no message (Triton's own bare asserts) is reported by file, line and source."""
+    from fastnet.kernels import cases, ops
+
+    simulate_gpu(monkeypatch)
+
+    def bare_assert(*args, **kwargs):
+        raise AssertionError  # as ``assert cond`` raises it outside pytest's rewritten modules
+
+    monkeypatch.setattr(ops, "fused_recurrent_fast_weight", bare_assert)
+    monkeypatch.setattr(cases, "CASES", {"fused_recurrent": cases.CASES["fused_recurrent"]})
+    with pytest.warns(RuntimeWarning, match=r"fused_recurrent: sum: AssertionError: at test_dispatch\.py:\d+ "
+                                            r"\(raise AssertionError"):
+        assert not dispatch.use_triton("fused_recurrent", torch.zeros(1))
 
 
 def test_triton_mode_runs_the_kernels_in_a_core(monkeypatch):
-    """kernels=triton (interpreter on the CPU): a gated_delta core runs the fused kernel, no self-check,
-    and matches kernels=reference."""
+    """kernels=triton (on the GPU, else in the interpreter on the CPU): a gated_delta core runs the fused
+    kernel, no self-check, and matches kernels=reference."""
     from fastnet.kernels import ops
 
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
     torch.manual_seed(0)
-    core = make_core("gated_delta", 8, hidden_size=16, num_layers=1, num_heads=1, head_dim=16, ff_size=16)
-    x, done = torch.randn(5, 2, 8), torch.zeros(5, 2, dtype=torch.bool)
+    core = make_core("gated_delta", 8, hidden_size=16, num_layers=1, num_heads=1, head_dim=16, ff_size=16).to(DEV)
+    x, done = torch.randn(5, 2, 8, device=DEV), torch.zeros(5, 2, dtype=torch.bool, device=DEV)
     done[2, 1] = True
     dispatch.set_kernel_mode("reference")
-    y_ref, _, _ = core(x, core.initial_state(2), done)
+    y_ref, _, _ = core(x, core.initial_state(2, DEV), done)
     calls = []
     real = ops.gated_delta_rule
     monkeypatch.setattr(ops, "gated_delta_rule", lambda *a: calls.append(1) or real(*a))
     dispatch.set_kernel_mode("triton")
-    y, _, _ = core(x, core.initial_state(2), done)
+    y, _, _ = core(x, core.initial_state(2, DEV), done)
     assert calls and dispatch._checked == {}
     torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-5)

@@ -10,6 +10,8 @@ reset in the middle of the sequence).
 """
 from __future__ import annotations
 
+import os
+import traceback
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -164,6 +166,9 @@ def check(op: str, device: torch.device) -> str | None:
             got = outputs_and_grads(case.kernel, [x.to(device) for x in inputs], done.to(device))
         except Exception as e:  # noqa: BLE001 -- any failure (compile error, launch error) means: use the reference
             first_line = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            if not first_line:  # a bare ``assert``: name where it failed instead
+                frame = traceback.extract_tb(e.__traceback__)[-1]
+                first_line = f"at {os.path.basename(frame.filename)}:{frame.lineno} ({frame.line})"
             return f"{variant}: {type(e).__name__}: {first_line}"
         want = outputs_and_grads(case.reference, [x.double() for x in inputs], done)
         for i, err in enumerate(relative_errors(got, want)):
