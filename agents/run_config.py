@@ -130,10 +130,10 @@ class ActorConfig:
     """Server mode: the most envs one inference batch serves (0: all)."""
     server_max_wait_ms: NonNegativeFloat = 2.0
     """Server mode: how long a batch waits for more envs after the first is ready."""
-    worker_splits: PositiveInt = 2
+    worker_splits: PositiveInt = 1
     """Server mode: groups each worker's envs take turns in, stepping one while the server acts for another."""
     server_side_stream: bool = False
-    """Server mode on CUDA: the inference loop on a stream of its own, with events (not yet measured on a GPU)."""
+    """Server mode on CUDA: the inference loop on a stream of its own, with events (checked, not timed, on a GPU)."""
     backend: Literal["local", "ray"] = "local"
     """Where the actors run: processes on this machine (local), or actor hosts across a Ray cluster (ray)."""
     start_method: Literal["fork", "spawn", "forkserver"] = "fork"

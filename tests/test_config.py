@@ -219,3 +219,14 @@ def test_a_change_that_cannot_survive_a_resume_is_refused(tmp_path, capsys):
     summary = maze.main(["--core", "lstm", "--total_steps", "160", "--run_dir", run_dir, *TINY, "--num_actors", "2",
                          "--log.print_every_s", "100"])
     assert summary["step"] == 160
+
+
+@pytest.mark.parametrize("launcher", [maze, atari])
+def test_the_defaults_pass_the_checks_with_a_cuda_learner(launcher):
+    """Each launcher's defaults also pass the cross-field checks on CUDA, where ``inference: auto`` is
+    the server (Atari's 48 actors with one game each failed them while worker_splits defaulted to 2)."""
+    from agents.run_config import check_config, inference_mode
+
+    cfg = launcher.load([])
+    check_config(cfg, "cuda")
+    assert inference_mode(cfg, "cuda") == ("server" if launcher is atari else "actor")
