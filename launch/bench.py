@@ -341,7 +341,8 @@ def bench_inference(args: argparse.Namespace) -> None:
     * raw: ``--num-actors`` processes stepping their envs with random actions (no policy, no transport);
     * actor mode: :class:`agents.acting.actor.ActorPool`, each process running a CPU copy of the policy;
     * server mode: :class:`agents.acting.inference.InferenceServer`, the policy batched on ``--device``,
-      with each of ``--splits`` (actor.worker_splits: units per worker that take turns);
+      with each of ``--splits`` (actor.worker_splits: units per worker that take turns) and each of
+      ``--wait-ms`` (actor.server_max_wait_ms: how long a batch waits for more units);
     * server, zero-cost policy: the same with uniform random actions and no network, which
       isolates what the transport itself costs.
 
@@ -371,18 +372,22 @@ def bench_inference(args: argparse.Namespace) -> None:
     W, E, T = args.num_actors, args.envs_per_actor, args.unroll
     seeds = list(range(W))
 
-    def transport(inference: str, policy: torch.nn.Module, splits: int = 1) -> float:
-        cfg.actor.inference, cfg.actor.worker_splits = inference, splits
+    def transport(inference: str, policy: torch.nn.Module, splits: int = 1, wait_ms: float = 0.0) -> float:
+        cfg.actor.inference, cfg.actor.worker_splits, cfg.actor.server_max_wait_ms = inference, splits, wait_ms
         return _transport_rate(make_transport(cfg, policy, device, obs_shape, obs_dtype, seeds, seed=0), T * E,
                                args.seconds)
 
+    def label(k: int, wait_ms: float) -> str:
+        return f"{k} split{'s' * (k > 1)}" + (f", wait {wait_ms:g} ms" if len(waits) > 1 else "")
+
     zero_cost = UniformPolicy(num_actions).to(device)
+    waits = args.wait_ms or [cfg.actor.server_max_wait_ms]
+    servers = [(k, w) for k in args.splits for w in waits]
     modes = {"raw envs": lambda: _raw_rate(cfg.env.name, env_options, W, E, args.seconds),
              "actor mode": lambda: transport("actor", model),
-             **{f"server mode, {k} split{'s' * (k > 1)}": functools.partial(transport, "server", model, k)
-                for k in args.splits},
-             **{f"server, zero-cost, {k} split{'s' * (k > 1)}": functools.partial(transport, "server", zero_cost, k)
-                for k in args.splits}}
+             **{f"server mode, {label(k, w)}": functools.partial(transport, "server", model, k, w) for k, w in servers},
+             **{f"server, zero-cost, {label(k, w)}": functools.partial(transport, "server", zero_cost, k, w)
+                for k, w in servers}}
     rates: dict[str, list[float]] = {m: [] for m in modes}
     for _ in range(args.reps):
         for mode, run in modes.items():
@@ -390,9 +395,9 @@ def bench_inference(args: argparse.Namespace) -> None:
     med = {m: statistics.median(r) for m, r in rates.items()}
     print(f"{args.env}{' ' + args.game if args.env == 'atari' else ''}, core {args.core}, {W} processes x {E} envs, "
           f"unroll {T}, policy on {device}, median of {args.reps} x {args.seconds:g} s, {os.cpu_count()} cpus")
-    print(f"{'mode':<32}{'steps/s':>10}{'vs raw':>8}{'vs actor':>9}")
+    print(f"{'mode':<40}{'steps/s':>10}{'vs raw':>8}{'vs actor':>9}")
     for mode, rate in med.items():
-        print(f"{mode:<32}{rate:>10.0f}{rate / med['raw envs']:>8.2f}{rate / med['actor mode']:>9.2f}")
+        print(f"{mode:<40}{rate:>10.0f}{rate / med['raw envs']:>8.2f}{rate / med['actor mode']:>9.2f}")
 
 
 def bench_backends(args: argparse.Namespace) -> None:
@@ -496,6 +501,8 @@ def main(argv: list[str] | None = None) -> None:
                            help="torch threads of the server's policy on the CPU (the learner's process)")
     inference.add_argument("--splits", type=int, nargs="+", default=[1, 2],
                            help="server mode with each of these actor.worker_splits")
+    inference.add_argument("--wait-ms", type=float, nargs="+", default=None,
+                           help="server mode with each of these actor.server_max_wait_ms (default: the config's)")
     inference.set_defaults(run=bench_inference)
     backends = sub.add_parser("backends", help="end-to-end training SPS: local backend vs Ray, side by side")
     _add_run_choice(backends)
