@@ -1,4 +1,4 @@
-"""Timing for the GPU workbench scripts (cuda/bench.py, cuda/smoke.py)."""
+"""Timing for the GPU workbench scripts (cuda/bench.py, cuda/smoke.py, cuda/profile_kernel.py)."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -6,17 +6,21 @@ from typing import Any, Callable
 import torch
 
 
+def forward_backward(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> None:
+    """One timed step: ``fn(*inputs)``, the backward of the sum of its outputs, the gradients dropped."""
+    loss = sum(o.float().sum() for o in fn(*inputs) if o is not None)
+    loss.backward()
+    for x in inputs:
+        x.grad = None
+
+
 def time_forward_backward(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> tuple[float, float]:
-    """(median ms, peak MiB) of ``fn(*inputs)`` plus the backward of the sum of its outputs, on CUDA,
-    with ``triton.testing.do_bench`` (CUDA events, warm-up first)."""
+    """(median ms, peak MiB) of :func:`forward_backward` on CUDA, with ``triton.testing.do_bench``
+    (CUDA events, warm-up first)."""
     from triton.testing import do_bench
 
     def step() -> None:
-        outs = fn(*inputs)
-        loss = sum(o.float().sum() for o in outs if o is not None)
-        loss.backward()
-        for x in inputs:
-            x.grad = None
+        forward_backward(fn, inputs)
 
     step()
     torch.cuda.synchronize()
