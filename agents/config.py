@@ -61,8 +61,9 @@ def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], def
     """The config of ``make_schema(names)`` from ``defaults_path``, ``--config FILE`` and ``argv``.
 
     ``names`` maps each selector's section (``"core"``) to the chosen name. ``presets`` names
-    more presets to apply after the selectors' (``{"env": "CountRecallEasy"}`` applies
-    ``presets.env.CountRecallEasy``), below the flags like the others. ``short_flags`` maps
+    more presets to apply before the selectors' (``{"env": "CountRecallEasy"}`` applies
+    ``presets.env.CountRecallEasy``, whose own ``presets.core`` then apply for the chosen core),
+    below the flags like the others. ``short_flags`` maps
     short flags to dotted keys (``{"--total_steps": "run.total_steps"}``). ``--help`` and
     ``--print_config`` print and raise ``SystemExit(0)``; bad input raises :class:`ConfigError`.
     """
@@ -79,7 +80,7 @@ def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], def
         if name not in sel.choices:
             raise ConfigError(f"--{sel.key}: unknown {sel.kind} {name!r}; choose one of: {', '.join(sel.choices)}")
         names[section] = name
-    chosen = {**names, **(presets or {})}
+    chosen = {**(presets or {}), **names}
     raw = deep_merge(apply_presets(defaults, chosen), apply_presets(user, chosen))
     for sel in selectors:  # the chosen name, wherever it came from (a repeated flag: the last)
         section, _, field_name = sel.key.rpartition(".")

@@ -68,6 +68,18 @@ def test_card_games_presets_discount_nothing(name):
     assert memory.load([], env=name).loss.discount == (0.0 if card_game else 0.9)
 
 
+def test_an_env_preset_holds_its_own_per_core_presets():
+    """presets.env.CountRecallEasy gives lstm its own lr and leaves the other cores the suite's,
+    and a flag still wins over both."""
+    suite_lr = memory.load([]).optim.lr
+    assert memory.load(["--core", "lstm"], env="CountRecallEasy").optim.lr == 6e-3 != suite_lr
+    assert memory.load(["--core", "linear"], env="CountRecallEasy").optim.lr == suite_lr
+    assert memory.load(["--core", "lstm"], env="RepeatPreviousEasy").optim.lr == suite_lr
+    assert memory.load(["--core", "lstm", "--optim.lr", "1e-4"], env="CountRecallEasy").optim.lr == 1e-4
+    linear = memory.load(["--core", "linear"], env="CountRecallEasy")
+    assert linear.core.head_dim == 32 and linear.learner.epochs == 4  # presets.core.linear and the env's own
+
+
 @pytest.mark.parametrize("suite", ["bsuite", "minigrid"])
 def test_a_suite_runs_checkpoint_reads_back_as_a_training_config(suite, tmp_path):
     """What a memory run saves is a plain training config (no ``suite``): launch/evaluate.py loads
