@@ -22,6 +22,7 @@ from fastnet.layers import (
     RecurrentDeltaLayer,
     SRWMLayer,
 )
+from fastnet.position import append_clock, check_position_features
 from fastnet.rules import RuleName
 from fastnet.state import State, reset_state, zeros_state
 
@@ -47,8 +48,9 @@ class FeedForwardCore(nn.Module):
 class LSTMCore(nn.Module):
     """``lstm``: an LSTM (one layer of 256 units by default, as on Atari).
 
-    State: (h, c), each [B, num_layers, hidden]. The sequence is cut where any batch element
-    resets, and each span runs as one ``nn.LSTM`` call.
+    State: (h, c), each [B, num_layers, hidden], then the clock [B,1] with ``position_features``
+    (as in :class:`BlockStack`). The sequence is cut where any batch element resets, and each span
+    runs as one ``nn.LSTM`` call.
     """
 
     @dataclass
@@ -57,17 +59,25 @@ class LSTMCore(nn.Module):
         """LSTM units per layer."""
         num_layers: int = 1
         """Stacked LSTM layers."""
+        position_features: int = 0
+        """Sinusoidal features of the steps since the episode start, appended to the input (even; 0: none)."""
 
     def __init__(self, input_size: int, config: Config):
         super().__init__()
+        check_position_features(config.position_features)
         self.config, self.output_size = config, config.hidden_size
-        self.lstm = nn.LSTM(input_size, config.hidden_size, config.num_layers)
+        self.lstm = nn.LSTM(input_size + config.position_features, config.hidden_size, config.num_layers)
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         shape = (self.config.num_layers, self.config.hidden_size)
-        return zeros_state([shape, shape], batch_size, device, self.lstm.weight_ih_l0.dtype)
+        clock = [(1,)] if self.config.position_features else []
+        return zeros_state([shape, shape, *clock], batch_size, device, self.lstm.weight_ih_l0.dtype)
 
     def forward(self, x: Tensor, state: State, done: Tensor) -> tuple[Tensor, State, dict]:
+        clock: tuple[Tensor, ...] = ()
+        if self.config.position_features:
+            x, last = append_clock(x, state[2], done, self.config.position_features)
+            state, clock = state[:2], (last,)
         cuts = [0] + [t for t in range(1, x.shape[0]) if done[t].any()] + [x.shape[0]]
         outputs = []
         for start, end in zip(cuts[:-1], cuts[1:]):
@@ -75,7 +85,7 @@ class LSTMCore(nn.Module):
             y, (h, c) = self.lstm(x[start:end], (h.transpose(0, 1).contiguous(), c.transpose(0, 1).contiguous()))
             state = (h.transpose(0, 1), c.transpose(0, 1))
             outputs.append(y)
-        return torch.cat(outputs), state, {}
+        return torch.cat(outputs), (*state, *clock), {}
 
 
 @dataclass
@@ -92,12 +102,16 @@ class BlockConfig:
     """Key, query and value size per head (the fast weight is head_dim x head_dim)."""
     ff_size: int = 512
     """Hidden units of each feed-forward sublayer."""
+    position_features: int = 0
+    """Sinusoidal features of the steps since the episode start, appended to the input (even; 0: none)."""
 
 
 class BlockStack(nn.Module):
     """Input projection, then ``num_layers`` × [pre-LN fast-weight sublayer; pre-LN FF], residual.
 
-    Subclasses set ``make_layer()``. The state is the concatenation of every layer's state.
+    Subclasses set ``make_layer()``. The state is the concatenation of every layer's state, then,
+    with ``position_features`` P > 0, the step count since the episode start [B,1], whose
+    sinusoidal encoding (:mod:`fastnet.position`) joins the input before the projection.
     """
 
     def __init__(self, input_size: int, config: BlockConfig):
@@ -105,8 +119,9 @@ class BlockStack(nn.Module):
         sizes = {k: getattr(config, k) for k in ("hidden_size", "num_layers", "num_heads", "head_dim", "ff_size")}
         if min(sizes.values()) <= 0:
             raise ValueError(f"sizes must be positive, got {sizes}")
+        check_position_features(config.position_features)
         self.config, self.output_size = config, config.hidden_size
-        self.input_proj = nn.Linear(input_size, config.hidden_size)
+        self.input_proj = nn.Linear(input_size + config.position_features, config.hidden_size)
         self.layers = nn.ModuleList(self.make_layer() for _ in range(config.num_layers))
         self.norms = nn.ModuleList(nn.LayerNorm(config.hidden_size) for _ in range(2 * config.num_layers))
         self.ffs = nn.ModuleList(
@@ -121,9 +136,14 @@ class BlockStack(nn.Module):
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         shapes = [s for layer_shapes in self._state_shapes for s in layer_shapes]
-        return zeros_state(shapes, batch_size, device, self.input_proj.weight.dtype)
+        clock = [(1,)] if self.config.position_features else []
+        return zeros_state(shapes + clock, batch_size, device, self.input_proj.weight.dtype)
 
     def forward(self, x: Tensor, state: State, done: Tensor) -> tuple[Tensor, State, dict]:
+        clock: tuple[Tensor, ...] = ()
+        if self.config.position_features:
+            x, last = append_clock(x, state[-1], done, self.config.position_features)
+            clock = (last,)
         h, new_state, i = self.input_proj(x), [], 0
         for layer, norm_fw, norm_ff, ff, shapes in zip(
             self.layers, self.norms[0::2], self.norms[1::2], self.ffs, self._state_shapes
@@ -133,7 +153,7 @@ class BlockStack(nn.Module):
             h = h + ff(norm_ff(h))
             new_state.extend(layer_state)
             i += len(shapes)
-        return h, tuple(new_state), {}
+        return h, (*new_state, *clock), {}
 
 
 @dataclass

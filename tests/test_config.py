@@ -71,7 +71,7 @@ def test_print_config_prints_the_resolved_yaml_that_loads_back(tmp_path, capsys)
     assert done.value.code == 0
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["core"] == {"name": "rec_delta", "hidden_size": 64, "num_layers": 1, "num_heads": 4,
-                               "head_dim": 16, "ff_size": 128}
+                               "head_dim": 16, "ff_size": 128, "position_features": 0}
     assert printed["optim"]["lr"] == 1e-3
     again = maze.load(["--config", write(tmp_path, yaml.safe_dump(printed))])
     assert again == maze.load(["--core", "rec_delta", "--optim.lr", "1e-3"])

@@ -26,6 +26,9 @@ CONFIGS = {
     "gated_delta:no_conv": dict(SMALL, conv_size=0),
     "gated_delta:conv2": dict(SMALL, conv_size=2),
     "delta_product:gated_negative_3": dict(SMALL, num_householder=3, gated=True, negative_eigenvalues=True),
+    "delta_product:clock": dict(SMALL, position_features=6),
+    "srwm:clock": dict(SMALL, position_features=4),
+    "lstm:clock": dict(hidden_size=12, position_features=4),
 }
 
 
@@ -221,3 +224,56 @@ def test_causal_conv_matches_a_loop_values_and_grads(T, K):
     for a, b in zip(grads, grads_ref):
         torch.testing.assert_close(a, b)
     assert torch.autograd.gradcheck(lambda *a: causal_conv(*a, done), (x, weight, buffer))
+
+
+def test_the_clock_counts_the_steps_since_each_reset():
+    """steps_since_reset against a loop; the core's clock state carries the count across calls."""
+    from fastnet.position import steps_since_reset
+
+    done = torch.zeros(7, 3, dtype=torch.bool)
+    done[0, 0] = done[3, 1] = done[2, 2] = done[5, 2] = True
+    before = torch.tensor([4.0, 5.0, 2.0])
+    expected = torch.empty(7, 3)
+    for b in range(3):
+        count = before[b].item()
+        for t in range(7):
+            count = 0.0 if done[t, b] else count
+            expected[t, b] = count
+            count += 1
+    torch.testing.assert_close(steps_since_reset(before, done), expected)
+
+    core = make_core("delta", D, **SMALL, position_features=4)
+    state = core.initial_state(3)
+    for start, end in [(0, 3), (3, 7)]:
+        _, state, _ = core(torch.randn(end - start, 3, D), state, done[start:end])
+    torch.testing.assert_close(state[-1][:, 0], steps_since_reset(torch.zeros(3), done)[-1] + 1)
+
+
+def test_sinusoidal_features_by_hand():
+    """size 4: ω = (1, 10000^(-1/2)) = (1, 0.01)."""
+    from fastnet.position import sinusoidal_features
+
+    got = sinusoidal_features(torch.tensor([2.0], dtype=torch.float64), 4)
+    want = torch.tensor([[2.0, 0.02, 2.0, 0.02]], dtype=torch.float64)
+    torch.testing.assert_close(got, torch.cat([want[:, :2].sin(), want[:, 2:].cos()], -1))
+
+
+@pytest.mark.parametrize("name,options", [("delta", SMALL), ("lstm", dict(hidden_size=12))])
+@pytest.mark.parametrize("features", [0, 4])
+def test_the_clock_reaches_the_output(name, options, features):
+    """Two elements see the same inputs from a zero state, one at step 0, one at step 10:
+    their outputs differ with position features, and only then."""
+    torch.manual_seed(0)
+    core = make_core(name, D, **options, position_features=features).double()
+    state = core.initial_state(2, "cpu")
+    if features:
+        state = (*state[:-1], torch.tensor([[0.0], [10.0]], dtype=torch.float64))
+    x = torch.randn(3, 1, D, dtype=torch.float64).expand(3, 2, D)
+    y, _, _ = core(x, state, torch.zeros(3, 2, dtype=torch.bool))
+    assert torch.allclose(y[:, 0], y[:, 1]) == (features == 0)
+
+
+@pytest.mark.parametrize("name", ["delta", "lstm"])
+def test_position_features_must_be_even(name):
+    with pytest.raises(ValueError, match="position_features"):
+        make_core(name, D, position_features=3)

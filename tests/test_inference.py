@@ -36,13 +36,13 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ENV, ENV_OPTIONS = "gym", {"id": "CartPole-v1"}
 
 
-def _policy(core: str, env_name: str = ENV, env_options: dict = ENV_OPTIONS) -> AgentNet:
+def _policy(core: str, env_name: str = ENV, env_options: dict = ENV_OPTIONS, **core_options) -> AgentNet:
     """A small agent whose argmax action depends on its inputs (its first and last layers scaled up)."""
     probe = envs.make(env_name, num_envs=1, **env_options)
     torch.manual_seed(0)
     fields = {f.name for f in dataclasses.fields(core_class(core).Config)}
     model = AgentNet(tuple(probe.observation_shape), probe.num_actions, core,
-                     {k: v for k, v in TINY.items() if k in fields})
+                     {**{k: v for k, v in TINY.items() if k in fields}, **core_options})
     with torch.no_grad():
         next(m for m in model.stem.modules() if isinstance(m, torch.nn.Linear)).weight.mul_(10)
         model.policy.weight.mul_(30)
@@ -154,6 +154,13 @@ def test_server_mode_acts_exactly_as_a_sequential_rollout(core, unroll_length, g
     model = _policy(core)
     server = _server(model, W, e * splits, T, e * groups_per_batch, sample=False, worker_splits=splits)
     _check_acts_as_sequential_rollouts(model, server, W, splits, e, T, groups_per_batch)
+
+
+def test_a_clocked_core_acts_in_server_mode_as_a_sequential_rollout():
+    """The clock of ``position_features`` is one more core-state tensor, a count, for the server's table."""
+    model = _policy("delta", position_features=4)
+    server = _server(model, 2, 4, 3, 2, sample=False, worker_splits=2)
+    _check_acts_as_sequential_rollouts(model, server, 2, 2, 2, 3, 1)
 
 
 def test_a_planted_swap_of_two_units_states_fails_the_equivalence_check(monkeypatch):
