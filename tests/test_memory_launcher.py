@@ -78,6 +78,10 @@ def test_an_env_preset_holds_its_own_per_core_presets():
     assert memory.load(["--core", "lstm", "--optim.lr", "1e-4"], env="CountRecallEasy").optim.lr == 1e-4
     linear = memory.load(["--core", "linear"], env="CountRecallEasy")
     assert linear.core.head_dim == 32 and linear.learner.epochs == 4  # presets.core.linear and the env's own
+    clocked = memory.load(["--core", "delta_product"], env="AutoencodeEasy").core  # the env's core preset wins
+    assert (clocked.position_features, clocked.head_dim, clocked.hidden_size) == (32, 32, 64)
+    plain = memory.load(["--core", "delta_product"], env="CountRecallEasy").core
+    assert (plain.position_features, plain.head_dim) == (0, 16)
 
 
 @pytest.mark.parametrize("suite", ["bsuite", "minigrid"])
