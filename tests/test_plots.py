@@ -2,6 +2,7 @@
 import importlib
 import json
 
+import matplotlib.colors
 import matplotlib.figure
 import pytest
 import yaml
@@ -22,7 +23,8 @@ def saved_figures(monkeypatch):
     def record(fig, path, **kw):
         figures.append({"path": str(path), "lines": [
             [(ln.get_label(), list(ln.get_xdata()), list(ln.get_ydata())) for ln in ax.get_lines()]
-            for ax in fig.axes]})
+            for ax in fig.axes],
+            "colors": [[matplotlib.colors.to_hex(ln.get_color()) for ln in ax.get_lines()] for ax in fig.axes]})
         original(fig, path, **kw)
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)
@@ -34,6 +36,16 @@ def write_run(run_dir, rows):
     for step, metrics in rows:
         logger.log(step, metrics)
     logger.close()
+
+
+def test_plot_gives_each_of_many_runs_its_own_colour(tmp_path, saved_figures):
+    """Past matplotlib's 10 default colours, runs would share one; up to 20 they do not."""
+    runs = [tmp_path / f"run{i}" for i in range(12)]
+    for i, run in enumerate(runs):
+        write_run(run, [(100, {"mean_return": float(i)}), (200, {"mean_return": float(i)})])
+    load_script("plot").plot([str(r) for r in runs], ["mean_return"], str(tmp_path / "many.png"))
+    (colors,) = saved_figures[0]["colors"]
+    assert len(colors) == 12 and len(set(colors)) == 12
 
 
 def test_plot_draws_each_metric_of_each_run(tmp_path, saved_figures):
