@@ -82,6 +82,8 @@ def test_an_env_preset_holds_its_own_per_core_presets():
     assert (clocked.position_features, clocked.head_dim, clocked.hidden_size) == (32, 32, 64)
     plain = memory.load(["--core", "delta_product"], env="CountRecallEasy").core
     assert (plain.position_features, plain.head_dim) == (0, 16)
+    assert memory.load(["--core", "lstm"], env="CountRecallEasy").core.position_features == 32
+    assert memory.load(["--core", "lstm"], env="AutoencodeEasy").core.position_features == 0
 
 
 @pytest.mark.parametrize("suite", ["bsuite", "minigrid"])
