@@ -4,7 +4,8 @@ A Transformer knows each token's position from its positional encoding (Vaswani 
 §3.5); a fast-weight core run step by step does not. With ``position_features`` > 0 a block core
 (or ``lstm``) counts the steps since its last reset in its state and appends the encoding of that
 count to its input (:func:`append_clock`), so that its keys and queries can address the fast
-weights by time as well as by content.
+weights by time as well as by content. The count is kept in the state's dtype (float32 counts
+every step exactly up to 2^24, far past the longest episode: Atari's 108K frames are 27K steps).
 """
 from __future__ import annotations
 
