@@ -31,8 +31,7 @@ def steps_since_reset(steps_before: Tensor, done: Tensor) -> Tensor:
     T = done.shape[0]
     t = torch.arange(T, device=done.device).unsqueeze(1)
     last_reset = torch.where(done, t, torch.full_like(t, -1)).cummax(0).values
-    since_start = (steps_before.unsqueeze(0) + t).to(steps_before.dtype)
-    return torch.where(last_reset >= 0, (t - last_reset).to(steps_before.dtype), since_start)
+    return torch.where(last_reset >= 0, (t - last_reset).to(steps_before.dtype), steps_before + t)
 
 
 def sinusoidal_features(steps: Tensor, size: int) -> Tensor:
