@@ -14,7 +14,8 @@ when it imports).
 3. Server mode on the device (``server_mode``): the inference loop with 2 units per env worker,
    on the device's stream and on a side stream, acts exactly as a sequential rollout of each
    unit's envs does (every unit's unrolls and the core state at their starts), over a few
-   hundred batches; then a maze training run of 300 updates in server mode.
+   hundred batches, with the (unchanged) weights published after each; then a maze training
+   run of 300 updates in server mode.
 
 Exit status 1 if any check fails. Needs CUDA.
 """
@@ -144,6 +145,7 @@ def server_mode(device: torch.device, quick: bool = False) -> int:
         with server:
             for _ in range(batches):
                 batch = server.get_batch()
+                server.publish_weights(model)  # the same weights: runs the side stream's weight events
                 for g in range(batch["env_slot"].shape[0] // e):
                     unit = int(batch["env_slot"][g * e]) // e
                     rows, states = references[unit]

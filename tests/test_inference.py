@@ -361,3 +361,25 @@ def test_a_favor_redraw_never_lands_inside_an_inference_batch(monkeypatch):
     assert len(batches) > 20
     assert all(torch.equal(p, b[0]) for b in batches for p in b), "a redraw landed inside an inference batch"
     assert len({tuple(b[0].flatten().tolist()) for b in batches}) > 5  # the redraws reached the loop
+
+
+def test_with_the_side_stream_published_weights_and_inference_batches_wait_for_each_other(monkeypatch):
+    """The weights lock orders the two threads, not their CUDA streams: with the side stream a
+    weight copy must wait on the GPU for the loop's last batch, and the loop's next batch for
+    the copy. The loop's bookkeeping is run directly (no processes), with the events logged."""
+    server = _server(_policy("lstm"), num_workers=2, envs_per_worker=2, unroll_length=2, batch_size=2)
+    server.side_stream = True  # its events, logged in place of CUDA's (this is a CPU machine)
+    log: list[tuple] = []
+    recorded = iter(range(1, 100))
+    monkeypatch.setattr(server, "_event", lambda: log.append(("record", next(recorded))) or log[-1][1])
+    monkeypatch.setattr(server, "_wait", lambda event: event is not None and log.append(("wait", event)))
+    act, load = server.policy.act, server.policy.load_state_dict
+    monkeypatch.setattr(server.policy, "act", lambda *a, **k: log.append(("act",)) or act(*a, **k))
+    monkeypatch.setattr(server.policy, "load_state_dict", lambda *a, **k: log.append(("copy",)) or load(*a, **k))
+    learner = _policy("lstm")
+    for _ in range(2):
+        server._serve([0, 1], [])
+        server.publish_weights(learner)
+    assert log == [("act",), ("record", 1), ("wait", 1), ("copy",), ("record", 2),
+                   ("wait", 2), ("act",), ("record", 3), ("wait", 3), ("copy",), ("record", 4)]
+    server.workers.close()

@@ -17,14 +17,20 @@ learner's device (the design of SEED RL, Espeholt et al. 2020, and Sample Factor
 * The core state of every env lives in one table on the device, one row per env; the core
   zeroes a row itself where ``done`` starts an episode. Env ``i`` of unit ``u`` is row
   ``u * envs_per_unit + i``, which is env ``j`` of worker ``w`` at row ``w * envs_per_worker + j``.
-* Unrolls are written where the learner reads them: into batch buffers [T+1, batch_size, ...]
-  on the device, each split into groups of ``envs_per_unit`` columns. A unit's unroll takes a
-  free group; a batch whose groups are all written goes to the learner, which uses it in place
-  and hands it back with its next :meth:`InferenceServer.get_batch`. When no group is free (the
-  learner is behind) the unit waits, which is the backpressure; the others go on.
+* Unrolls are assembled in host memory, in batch buffers [T+1, batch_size, ...] split into groups
+  of ``envs_per_unit`` columns; only ``state_<i>``, copied from the core-state table, is on the
+  device. A unit's unroll takes a free group; a batch whose groups are all written goes to the
+  learner, whose :meth:`InferenceServer.get_batch` moves it to the device in one copy per key (on
+  the CPU: none, the learner reads the buffers in place) and hands it back with its next call.
+  So the loop's device work is per inference batch, not per unit: the policy's inputs, its
+  actions and logits, and the state table. (Rows on the device cost each unit's step seven small
+  device copies, five of them from pageable memory, which CUDA may order after all the work
+  queued on the stream.) When no group is free (the learner is behind) the unit waits, which is
+  the backpressure; the others go on.
 * On CUDA the loop and the learner share the device's stream, which keeps their work in order
   without events; ``side_stream`` gives the loop a stream of its own, with an event at each
-  handover of a batch (checked on an H100 by ``cuda/smoke.py``, not yet timed, so off by default).
+  handover of a batch or of the weights (checked on an H100 by ``cuda/smoke.py``, not yet
+  timed, so off by default).
 """
 from __future__ import annotations
 
@@ -135,19 +141,22 @@ class InferenceServer(Transport):
         # ceil(num_units / groups_per_batch) + 1 batches; one more is the learner's, one is ready.
         num_batches = math.ceil(self.num_units / self.groups_per_batch) + 3
         # One set of tensors per batch: the learner's autograd checks that the tensors it saved
-        # are not written meanwhile, which it would see as writes to a shared tensor.
-        self.batches = [{**{key: buf[0] for key, buf in create_buffers(
-            1, unroll_length, batch_size, observation_shape, observation_dtype, policy.num_actions,
-            policy.initial_state(batch_size, device), device).items()},
-            "env_slot": torch.zeros(batch_size, dtype=torch.int64, device=device)} for _ in range(num_batches)]
+        # are not written meanwhile, which it would see as writes to a shared tensor. The rows
+        # are pageable host memory (not pinned): a copy from it to the device has read it all
+        # when it returns, so the loop may write a batch again as soon as the learner has it.
+        self.batches = [{**{key: buf[0].to(device) if key.startswith("state_") else buf[0]
+                            for key, buf in create_buffers(
+                                1, unroll_length, batch_size, observation_shape, observation_dtype,
+                                policy.num_actions, policy.initial_state(batch_size, device)).items()},
+                         "env_slot": torch.zeros(batch_size, dtype=torch.int64)} for _ in range(num_batches)]
         self.slots = create_slots(self.num_units, self.envs_per_unit, observation_shape, observation_dtype)
         num_envs = num_workers * envs_per_worker
         self.max_batch_envs = max_batch_envs or num_envs
         self.max_wait_s = max_wait_ms / 1e3
-        self.env_rows = torch.arange(num_envs, device=device)
+        self.env_rows = torch.arange(num_envs)
         self.state_table = tuple(policy.initial_state(num_envs, device))
-        self.prev_action = torch.zeros(num_envs, dtype=torch.int64, device=device)
-        self.prev_logits = torch.zeros((num_envs, policy.num_actions), device=device)
+        self.prev_action = torch.zeros(num_envs, dtype=torch.int64)  # on the host, as the rows they go to
+        self.prev_logits = torch.zeros((num_envs, policy.num_actions))
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
         self.ready, self.acted = IndexQueue(), [IndexQueue() for _ in range(num_workers)]
@@ -169,6 +178,9 @@ class InferenceServer(Transport):
         self.stopping = threading.Event()
         self.error: str | None = None  # the traceback of a crash
         self.failure: UserError | None = None  # a failure that is the run's one line
+        # With the side stream: the loop's last act, and the last weights published (events).
+        self.acted_event: torch.cuda.Event | None = None
+        self.published_event: torch.cuda.Event | None = None
         self.served = [0, 0]  # inference batches, and envs served in them
         self.served_at_last_stats = [0, 0]
         self.thread = threading.Thread(target=self._loop, name="inference", daemon=True)
@@ -180,8 +192,9 @@ class InferenceServer(Transport):
     # --- the learner's side ---------------------------------------------------------------
 
     def get_batch(self, should_stop: Callable[[], bool] = lambda: False) -> Batch | None:
-        """The next full batch, as views of the device buffers (no copy), with ``env_slot`` [N],
-        the env (worker × envs_per_worker + env) of each column; valid until the next call."""
+        """The next full batch on the device (on the CPU: views of the buffers, no copy), with
+        ``env_slot`` [N], the env (worker × envs_per_worker + env) of each column; valid until
+        the next call."""
         if self.held is not None:
             self.released.put((self.held, self._event()))  # the loop writes it again once the learner's reads are done
             self.ready.put(WAKE)
@@ -196,13 +209,17 @@ class InferenceServer(Transport):
                 continue
             self._wait(written)
             self.held = b
-            return self.batches[b]
+            return {key: value.to(self.device, non_blocking=True) for key, value in self.batches[b].items()}
 
     def publish_weights(self, model: nn.Module) -> None:
         """Copy the learner's weights (and buffers: FAVOR+ projections, PopArt statistics) into
-        the loop's policy, between two inference batches: each batch acts with one version."""
+        the loop's policy, between two inference batches: each batch acts with one version.
+        With the side stream the lock orders the two threads but not their streams, so the copy
+        also waits for the loop's last batch on the GPU, and the loop's next batch for the copy."""
         with self.weights_lock:
+            self._wait(self.acted_event)
             self.policy.load_state_dict(model.state_dict())
+            self.published_event = self._event()
 
     def stats(self) -> dict[str, float]:
         """The mean envs per inference batch since the last call (how well dynamic batching batches)."""
@@ -296,11 +313,12 @@ class InferenceServer(Transport):
                 self.step_in_unroll[u] = 1
             acting.append(u)
 
-        # Each step goes from its unit's slot straight into its batch's group (slices, no index tensors).
+        # Each step goes from its unit's slot straight into its batch's group (host memory; slices,
+        # no index tensors); the state before an unroll, from the device's table on the device.
         for u, b, t, g in rows:
             batch, cols, envs_of_u = self.batches[b], slice(g * E, (g + 1) * E), slice(u * E, (u + 1) * E)
             for key in STEP_KEYS:
-                batch[key][t, cols] = self.slots[key][u].to(self.device, non_blocking=True)
+                batch[key][t, cols] = self.slots[key][u]
             batch["action"][t, cols] = self.prev_action[envs_of_u]
             batch["logits"][t, cols] = self.prev_logits[envs_of_u]
         for u, b, g in starts:
@@ -312,19 +330,23 @@ class InferenceServer(Transport):
         if acting:
             acting.sort()  # consecutive units (the usual case when all are served) read their rows as one slice
             units, envs_ = self._rows(acting, 1), self._rows(acting, E)
+            table_rows = envs_ if isinstance(envs_, slice) else envs_.to(self.device, non_blocking=True)
             inputs = {key: self.slots[key][units].flatten(0, 1).to(self.device, non_blocking=True)
                       for key in ("obs", "reward", "done")}
+            prev_action = self.prev_action[envs_].to(self.device, non_blocking=True)
             with self.weights_lock:
-                action, logits, state = self.policy.act(inputs["obs"], inputs["reward"], self.prev_action[envs_],
-                                                        inputs["done"], tuple(s[envs_] for s in self.state_table),
+                self._wait(self.published_event)
+                action, logits, state = self.policy.act(inputs["obs"], inputs["reward"], prev_action, inputs["done"],
+                                                        tuple(s[table_rows] for s in self.state_table),
                                                         sample=self.sample, generator=self.generator)
+                self.acted_event = self._event()
             for table, s in zip(self.state_table, state):
-                table[envs_] = s
+                table[table_rows] = s
+            action, logits = action.cpu(), logits.cpu()
+            check_actions(action)
             self.prev_action[envs_] = action
             self.prev_logits[envs_] = logits
-            actions = action.view(len(acting), -1).cpu()
-            check_actions(actions)
-            self.slots["action"][units] = actions  # unit u owns row u
+            self.slots["action"][units] = action.view(len(acting), -1)  # unit u owns row u
             for u in acting:
                 self.acted[u // self.splits].put(u % self.splits)
             self.served[0] += 1
@@ -350,7 +372,7 @@ class InferenceServer(Transport):
 
     def _rows(self, units: list[int], per_unit: int) -> slice | Tensor:
         """The rows ``per_unit`` * u .. ``per_unit`` * (u + 1) - 1 of each of ``units`` (sorted):
-        a slice when they are consecutive, else an index tensor."""
+        a slice when they are consecutive, else an index tensor (on the host)."""
         if units[-1] - units[0] == len(units) - 1:
             return slice(units[0] * per_unit, (units[-1] + 1) * per_unit)
         return self.env_rows.view(-1, per_unit)[units].flatten() if per_unit > 1 else torch.tensor(units)
