@@ -2,7 +2,7 @@
 # The standing order for a lent GPU, prepared so that a session spends its device time on
 # measuring: two calls of the device tool's `run`, each under its 10-minute limit.
 #
-#   run(command="bash cuda/gpu_session.sh acting", carry=[".whl", ".base"], timeout_s=560)
+#   run(command="bash cuda/gpu_session.sh acting", carry=[".whl", ".base"], timeout_s=590)
 #   run(command="bash cuda/gpu_session.sh kernels", carry=[".whl"], timeout_s=420)
 #
 # acting:  cuda/smoke.py --quick (the kernels' self-check, server mode on the device's stream and
@@ -44,12 +44,12 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 atari=(launch/bench.py inference --device cuda --env atari --num-actors 8 --envs-per-actor 6 --splits 1 --wait-ms 0 2 --reps 1)
 case $part in
   acting)
-    step smoke 150 python3 cuda/smoke.py --quick
-    step inference 130 python3 "${atari[@]}"
+    step smoke 200 python3 cuda/smoke.py --quick
+    step inference 110 python3 "${atari[@]}"
     if [ -d .base ]; then
-      (cd .base && export PYTHONPATH=/tmp/site:$PWD && step inference_base 130 python3 "${atari[@]}")
+      (cd .base && export PYTHONPATH=/tmp/site:$PWD && step inference_base 110 python3 "${atari[@]}")
     fi
-    step atari_training 120 python3 launch/atari.py --run.device cuda --run.total_steps 2000000 \
+    step atari_training 100 python3 launch/atari.py --run.device cuda --run.total_steps 2000000 \
       --run.run_dir /tmp/atari_run --log.tensorboard false --log.print_every_s 10
     ;;
   kernels)
