@@ -142,8 +142,10 @@ class InferenceServer(Transport):
         num_batches = math.ceil(self.num_units / self.groups_per_batch) + 3
         # One set of tensors per batch: the learner's autograd checks that the tensors it saved
         # are not written meanwhile, which it would see as writes to a shared tensor. The rows
-        # are pageable host memory (not pinned): a copy from it to the device has read it all
-        # when it returns, so the loop may write a batch again as soon as the learner has it.
+        # must stay pageable host memory (never pinned): a copy from it to the device has read
+        # it all when it returns, so the loop's writes to a handed-back batch need no event
+        # (pinned rows would: the copy could still be reading them). state_<i> stays on the
+        # device, read in place by the learner, and ordered by the stream or the events below.
         self.batches = [{**{key: buf[0].to(device) if key.startswith("state_") else buf[0]
                             for key, buf in create_buffers(
                                 1, unroll_length, batch_size, observation_shape, observation_dtype,
@@ -249,8 +251,11 @@ class InferenceServer(Transport):
     def _loop(self) -> None:
         stalled: list[int] = []  # units at the start of an unroll that found no free group
         try:
-            stream = torch.cuda.stream(torch.cuda.Stream(self.device)) if self.side_stream \
-                else contextlib.nullcontext()
+            stream = contextlib.nullcontext()
+            if self.side_stream:
+                side = torch.cuda.Stream(self.device)
+                side.wait_stream(torch.cuda.default_stream(self.device))  # the tables and weights set up there
+                stream = torch.cuda.stream(side)
             with torch.no_grad(), stream:
                 while not self.stopping.is_set():
                     units = self._collect(stalled)
@@ -362,7 +367,7 @@ class InferenceServer(Transport):
         if not self.side_stream:
             return None
         event = torch.cuda.Event()
-        event.record()
+        event.record(torch.cuda.current_stream(self.device))
         return event
 
     def _wait(self, event: torch.cuda.Event | None) -> None:
