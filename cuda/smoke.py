@@ -144,7 +144,7 @@ def server_mode(device: torch.device, quick: bool = False) -> int:
         mismatches = 0
         with server:
             for _ in range(batches):
-                batch = server.get_batch()
+                batch = {key: value.to(device) for key, value in server.get_batch().items()}  # as the learner
                 server.publish_weights(model)  # the same weights: runs the side stream's weight events
                 for g in range(batch["env_slot"].shape[0] // e):
                     unit = int(batch["env_slot"][g * e]) // e

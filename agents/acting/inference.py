@@ -20,8 +20,9 @@ learner's device (the design of SEED RL, Espeholt et al. 2020, and Sample Factor
 * Unrolls are assembled in host memory, in batch buffers [T+1, batch_size, ...] split into groups
   of ``envs_per_unit`` columns; only ``state_<i>``, copied from the core-state table, is on the
   device. A unit's unroll takes a free group; a batch whose groups are all written goes to the
-  learner, whose :meth:`InferenceServer.get_batch` moves it to the device in one copy per key (on
-  the CPU: none, the learner reads the buffers in place) and hands it back with its next call.
+  learner, which moves it to its device in one copy per key, as it does actor mode's batches (on
+  the CPU: none, it reads the buffers in place), and hands it back with its next
+  :meth:`InferenceServer.get_batch`.
   So the loop's device work is per inference batch, not per unit: the policy's inputs, its
   actions and logits, and the state table. (Rows on the device cost each unit's step seven small
   device copies, five of them from pageable memory, which CUDA may order after all the work
@@ -194,9 +195,9 @@ class InferenceServer(Transport):
     # --- the learner's side ---------------------------------------------------------------
 
     def get_batch(self, should_stop: Callable[[], bool] = lambda: False) -> Batch | None:
-        """The next full batch on the device (on the CPU: views of the buffers, no copy), with
-        ``env_slot`` [N], the env (worker × envs_per_worker + env) of each column; valid until
-        the next call."""
+        """The next full batch, as views of its buffers (host rows, ``state_<i>`` on the device),
+        with ``env_slot`` [N], the env (worker × envs_per_worker + env) of each column; valid
+        until the next call."""
         if self.held is not None:
             self.released.put((self.held, self._event()))  # the loop writes it again once the learner's reads are done
             self.ready.put(WAKE)
@@ -211,7 +212,7 @@ class InferenceServer(Transport):
                 continue
             self._wait(written)
             self.held = b
-            return {key: value.to(self.device, non_blocking=True) for key, value in self.batches[b].items()}
+            return self.batches[b]
 
     def publish_weights(self, model: nn.Module) -> None:
         """Copy the learner's weights (and buffers: FAVOR+ projections, PopArt statistics) into
