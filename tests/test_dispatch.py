@@ -122,6 +122,23 @@ def test_auto_self_check_mismatch_falls_back_for_that_kernel_only(monkeypatch):
     assert dispatch._checked["rec_delta"] is None and dispatch.use_triton("rec_delta", torch.zeros(1, device=DEV))
 
 
+@pytest.mark.parametrize("context", [torch.no_grad, torch.inference_mode])
+def test_self_check_passes_when_the_first_call_comes_from_acting(monkeypatch, context):
+    """The first kernel call may come from the inference server, under no_grad or inference_mode;
+    the check still takes its gradients (on an H200 it failed there with "element 0 of tensors
+    does not require grad" and the process fell back to the reference)."""
+    from fastnet.kernels import cases
+
+    if DEV == "cpu":
+        simulate_gpu(monkeypatch)
+    monkeypatch.setattr(cases, "CASES", {"fused_recurrent": cases.CASES["fused_recurrent"]})  # quicker
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a failed check warns
+        with context():
+            assert dispatch.use_triton("fused_recurrent", torch.zeros(1, device=DEV))
+    assert dispatch._checked == {"fused_recurrent": None}
+
+
 def test_self_check_names_where_a_bare_assert_failed(monkeypatch):
     """An exception with no message (Triton's own bare asserts) is reported by file, line and source."""
     from fastnet.kernels import cases, ops

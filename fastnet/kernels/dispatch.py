@@ -82,10 +82,14 @@ def use_triton(op: str, x: torch.Tensor, supported: bool = True) -> bool:
 def self_check(device: torch.device | str) -> dict[str, str | None]:
     """Run every kernel against its reference on a tiny input on ``device``
     (:func:`fastnet.kernels.cases.check`); cache and return op -> None (passed) or the reason it
-    failed, and warn once, listing the failing kernels with their reasons."""
+    failed, and warn once, listing the failing kernels with their reasons.
+
+    The check takes gradients, so it runs with autograd on even when the first call comes from
+    acting under ``torch.no_grad()`` or ``torch.inference_mode()`` (server mode's first batch)."""
     from fastnet.kernels.cases import CASES, check
 
-    results = {op: check(op, torch.device(device)) for op in CASES}
+    with torch.inference_mode(False), torch.enable_grad():
+        results = {op: check(op, torch.device(device)) for op in CASES}
     _checked.update(results)
     failed = {op: why for op, why in results.items() if why is not None}
     if failed:
