@@ -1,9 +1,13 @@
 """Batched Atari 2600 games from ale-py's threaded C++ ``AtariVectorEnv`` (recurrent-FWP appendix C).
 
-Preprocessing (all inside ale-py's vector env): sticky actions with p = 0.25, frame skip 4
+Preprocessing (inside ale-py's vector env): sticky actions with p = 0.25, frame skip 4
 with max-pooling over the last two frames, up to 30 no-ops at reset, 84x84 grey, a stack of 4
 frames, the minimal (game-specific) action set, and the emulator's own episode limit of
-108,000 frames (30 minutes of play) as the only time limit.
+108,000 frames (30 minutes of play) as the only time limit. ale-py pads the stack of a new
+game with blank frames; here the first frame of the game fills them instead, as torchbeast's
+``FrameStack`` (the papers' code) and Gymnasium's ``FrameStackObservation`` do. The frames,
+rewards and game ends equal, bit for bit, those of Gymnasium's ``AtariPreprocessing`` and
+``FrameStackObservation`` over ale-py's single env (tests/test_atari.py).
 
 What the agent sees and what is reported:
 
@@ -135,6 +139,7 @@ class Atari:
         self.num_actions = int(self._env.single_action_space.n)
         self._ids = np.arange(self.num_envs)
         self._totals = EpisodeTotals(self.num_envs)
+        self._since_reset = np.zeros(self.num_envs, np.int64)  # agent steps since each game began
 
     def reset(self) -> np.ndarray:
         """Start a new game in every env (env i seeded with ``(seed + i) mod 2**31``); returns obs uint8 [N,4,84,84]."""
@@ -142,7 +147,8 @@ class Atari:
         obs, info = self._env.reset(seed=seeds)
         self._totals.reset()
         self._check_order(info)
-        return obs
+        self._since_reset[:] = 0
+        return self._pad_with_first_frame(obs)
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """Step every env with ``actions`` (int [N], values in 0..num_actions-1); see the class docstring."""
@@ -152,7 +158,20 @@ class Atari:
         reward = np.asarray(reward, np.float32)
         done = np.logical_or(terminated, truncated)
         totals = self._totals.step(reward, done)
-        return obs, reward, done, {**totals, "lives": np.asarray(info["lives"], np.int32)}
+        self._since_reset = np.where(done, 0, self._since_reset + 1)
+        return self._pad_with_first_frame(obs), reward, done, {**totals, "lives": np.asarray(info["lives"], np.int32)}
+
+    def _pad_with_first_frame(self, obs: np.ndarray) -> np.ndarray:
+        """``obs`` with the blank frames that ale-py stacks before a game's first frame replaced
+        by that frame (in a copy: ale-py may keep the array)."""
+        young = np.flatnonzero(self._since_reset < obs.shape[1] - 1)
+        if young.size == 0:
+            return obs
+        obs = obs.copy()
+        for i in young:
+            first = obs.shape[1] - 1 - self._since_reset[i]  # where the game's first frame sits in the stack
+            obs[i, :first] = obs[i, first]
+        return obs
 
     def _check_order(self, info: dict[str, np.ndarray]) -> None:
         """ale-py applies the i-th action to the i-th env of its last result, so results must come
