@@ -19,6 +19,7 @@ from jsonargparse.typing import PositiveFloat
 from torch import Tensor, nn
 
 from agents.errors import NonFinitePolicyError
+from agents.nature_cnn import NatureStem
 from agents.popart import SIGMA_RANGE, PopArt
 from agents.resnet import ResNetStem
 from fastnet import make_core
@@ -60,16 +61,15 @@ class MLPStem(nn.Module):
 
 
 def make_stem(name: str, observation_shape: tuple[int, ...], **cfg: Any) -> nn.Module:
-    """The stem ``name`` ("mlp"; "resnet" from ``agents.resnet``) for observations of this shape.
+    """The stem ``name`` ("mlp"; "resnet" from ``agents.resnet``; "nature" from ``agents.nature_cnn``)
+    for observations of this shape.
 
     A stem maps obs [N, *observation_shape] to features [N, stem.output_size].
     """
-    if name == "mlp":
-        cls = MLPStem
-    elif name == "resnet":
-        cls = ResNetStem
-    else:
-        raise ValueError(f"unknown stem {name!r}; valid stems: mlp, resnet")
+    stems = {"mlp": MLPStem, "resnet": ResNetStem, "nature": NatureStem}
+    if name not in stems:
+        raise ValueError(f"unknown stem {name!r}; valid stems: {', '.join(stems)}")
+    cls = stems[name]
     fields = [f.name for f in dataclasses.fields(cls.Config)]
     unknown = sorted(set(cfg) - set(fields))
     if unknown:
@@ -93,7 +93,7 @@ class NetworkConfig:
 
     def stem_options(self) -> dict[str, Any]:
         """The stem's own fields, as keyword options of :func:`make_stem`."""
-        own = {f.name for f in dataclasses.fields(NetworkConfig)}
+        own = {f.name for f in dataclasses.fields(NetworkConfig)} | {"stem"}  # a selectable stem's name
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in own}
 
 
@@ -109,6 +109,13 @@ class ResNetNetworkConfig(NetworkConfig, ResNetStem.Config):
     """The network: the IMPALA ResNet stem on image observations, and the core's other inputs."""
 
     stem: ClassVar[str] = "resnet"
+
+
+@dataclass
+class NatureNetworkConfig(NetworkConfig, NatureStem.Config):
+    """The network: the Nature-DQN conv stem on image observations, and the core's other inputs."""
+
+    stem: ClassVar[str] = "nature"
 
 
 class AgentNet(nn.Module):

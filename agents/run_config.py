@@ -24,7 +24,7 @@ from jsonargparse.typing import (
 )
 
 from agents.config import check, core_section, env_section, from_dict, options
-from agents.network import AgentNet, MLPNetworkConfig, NetworkConfig, ResNetNetworkConfig
+from agents.network import AgentNet, MLPNetworkConfig, NatureNetworkConfig, NetworkConfig, ResNetNetworkConfig
 
 # A momentum or an Adam β of 1 or more never forgets: the step grows without bound.
 UnitIntervalHalfOpen = restricted_number_type("UnitIntervalHalfOpen", float, [(">=", 0), ("<", 1)])
@@ -230,12 +230,27 @@ class TrainConfig:
 
 # The network (stem) each env's observations take.
 NETWORKS: dict[str, type] = {"maze": MLPNetworkConfig, "atari": ResNetNetworkConfig, "gym": MLPNetworkConfig}
+# The stems an entry point may let ``network.stem`` choose (launch/atari.py).
+IMAGE_NETWORKS: dict[str, type] = {"resnet": ResNetNetworkConfig, "nature": NatureNetworkConfig}
 
 
 @functools.cache
-def rl_schema(env: str, core: str) -> type:
-    """The config dataclass of an entry point: TrainConfig with typed ``core``, ``env`` and ``network``."""
-    network = NETWORKS[env]
+def network_section(stem: str) -> type:
+    """The ``network`` section of image stem ``stem``: its config, plus the field ``stem`` that chose it."""
+    base = IMAGE_NETWORKS[stem]
+    section = dataclasses.make_dataclass(base.__name__, [("stem", Literal[stem], field(default=stem))],
+                                         bases=(base,))
+    section.__doc__ = (f"{base.__doc__}\n\nAttributes:\n    stem: The image stem, one of: "
+                       f"{', '.join(IMAGE_NETWORKS)} (--network.stem NAME --help lists its options).")
+    section.__module__ = base.__module__
+    return section
+
+
+@functools.cache
+def rl_schema(env: str, core: str, stem: str | None = None) -> type:
+    """The config dataclass of an entry point: TrainConfig with typed ``core``, ``env`` and ``network``
+    (the env's network, or that of image stem ``stem``)."""
+    network = NETWORKS[env] if stem is None else network_section(stem)
     return dataclasses.make_dataclass(
         "TrainConfig", [("core", core_section(core), field(default_factory=core_section(core))),
                         ("env", env_section(env), field(default_factory=env_section(env))),
@@ -245,7 +260,8 @@ def rl_schema(env: str, core: str) -> type:
 
 def config_from_dict(data: dict[str, Any], source: str) -> TrainConfig:
     """The TrainConfig saved in a checkpoint (``payload["config"]``)."""
-    return from_dict(rl_schema(data["env"]["name"], data["core"]["name"]), data, source)
+    stem = (data.get("network") or {}).get("stem")  # absent before network.stem was selectable
+    return from_dict(rl_schema(data["env"]["name"], data["core"]["name"], stem), data, source)
 
 
 def inference_mode(cfg: TrainConfig, device_type: str) -> str:

@@ -3,6 +3,7 @@
     python launch/atari.py --game Pong --core delta          # the papers' run: launch/configs/atari.yaml
     python launch/atari.py --game MsPacman --core lstm --seed 1 --run_dir runs/mspacman-lstm-seed1
     python launch/atari.py --game Pong --core ff --num_actors 2 --total_steps 100000 --device cpu
+    python launch/atari.py --config launch/configs/atari_cpu.yaml   # Pong on a 2-core CPU: Nature stem, PPO
 
 ``--device auto`` (the default) puts the learner on cuda when there is one; actors run on the
 CPU. Milestone checkpoints ``checkpoint-<step>.pt`` are kept at ``checkpoint.milestones`` (50M
@@ -16,7 +17,7 @@ from typing import Any
 
 from agents.config import Selector, exit_on_error, parse
 from agents.learning.learner import train
-from agents.run_config import TrainConfig, rl_schema
+from agents.run_config import IMAGE_NETWORKS, TrainConfig, rl_schema
 from fastnet import CORES
 
 DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "atari.yaml")
@@ -27,8 +28,9 @@ SHORT_FLAGS = {"--game": "env.game", "--core": "core.name", "--total_steps": "ru
 
 def load(argv: list[str]) -> TrainConfig:
     """The resolved config of ``argv`` (ConfigError for bad input)."""
-    return parse(lambda names: rl_schema("atari", names["core"]), argv, DEFAULTS,
-                 (Selector("core.name", tuple(CORES), "core"),), SHORT_FLAGS, prog="launch/atari.py",
+    return parse(lambda names: rl_schema("atari", names["core"], names["network"]), argv, DEFAULTS,
+                 (Selector("core.name", tuple(CORES), "core"), Selector("network.stem", tuple(IMAGE_NETWORKS), "stem")),
+                 SHORT_FLAGS, prog="launch/atari.py",
                  description=__doc__.split("\n")[0])
 
 

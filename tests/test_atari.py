@@ -135,6 +135,51 @@ def test_raw_scores_not_clipped_in_env():
 # ---------------------------------------------------------------- the agent
 
 
+def gymnasium_reference(game, seed):
+    """The independent reference: ale-py's single env at frame skip 1 (no sticky actions), under
+    Gymnasium's own AtariPreprocessing (frame skip 4 with max-pooling, 84x84 grey, no no-ops) and
+    FrameStackObservation(4)."""
+    import ale_py
+    import gymnasium as gym
+
+    gym.register_envs(ale_py)
+    env = gym.make(f"ALE/{game}-v5", frameskip=1, repeat_action_probability=0.0, full_action_space=False,
+                   max_num_frames_per_episode=108_000)
+    env = gym.wrappers.AtariPreprocessing(env, noop_max=0, frame_skip=4, screen_size=84, terminal_on_life_loss=False,
+                                          grayscale_obs=True, scale_obs=False)
+    env = gym.wrappers.FrameStackObservation(env, 4)
+    return env
+
+
+@pytest.mark.parametrize("game", ["Pong", "Breakout"])
+def test_frames_rewards_and_game_ends_equal_gymnasiums_preprocessing(game):
+    """Same ROM, seed and random actions, sticky actions 0 and no-ops 0: every observation (the
+    first ones of each game included), reward and game end equals the Gymnasium reference's, bit
+    for bit, over two whole games of random play (Pong: ~900 steps each, Breakout: ~200)."""
+    pytest.importorskip("cv2", reason="Gymnasium's AtariPreprocessing resizes with OpenCV")
+    ref = gymnasium_reference(game, seed=3)
+    ours = envs.make("atari", num_envs=1, seed=3, game=game, sticky_action_prob=0.0, noop_max=0)
+    want, _ = ref.reset(seed=3)
+    got = ours.reset()
+    np.testing.assert_array_equal(got[0], want)
+    rng = np.random.default_rng(0)
+    games, steps = [], 0
+    while len(games) < 2:
+        assert steps < 5000, "no game ended"
+        action = int(rng.integers(ours.num_actions))
+        got, reward, done, info = ours.step(np.array([action]))
+        want, want_reward, terminated, truncated, _ = ref.step(action)
+        steps += 1
+        assert reward[0] == want_reward and done[0] == (terminated or truncated), steps
+        if done[0]:  # ours has reset at once (the new game's first frame); the reference resets now
+            games.append(float(info["episode_return"][0]))
+            want, _ = ref.reset(seed=3)
+        np.testing.assert_array_equal(got[0], want, err_msg=f"step {steps}")
+    assert all(np.isfinite(games))
+    ours.close()
+    ref.close()
+
+
 PAPER_PARAMS = {"ff": 1.1e6, "lstm": 1.6e6, "linear": 1.5e6, "delta": 1.5e6, "rec_delta": 1.5e6, "delta_rnn": 1.6e6}
 
 
@@ -144,6 +189,25 @@ def test_resnet_stem_shapes():
     out = stem(torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8))
     assert out.shape == (2, 256) and (out >= 0).all()
     assert sum(p.numel() for p in stem.parameters()) == 97_744 + 3872 * 256 + 256
+
+
+def test_nature_stem_shapes_and_parameters_by_hand():
+    """Mnih et al. 2015: conv 32x8x8/4 (84 -> 20), 64x4x4/2 (20 -> 9), 64x3x3/1 (9 -> 7), Linear(3136 -> 512)."""
+    stem = make_stem("nature", (4, 84, 84))
+    assert stem.flat_size == 64 * 7 * 7 == 3136 and stem.output_size == 512
+    convs = [m for m in stem.convs if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.out_channels, c.kernel_size, c.stride) for c in convs] == [(32, (8, 8), (4, 4)), (64, (4, 4), (2, 2)),
+                                                                         (64, (3, 3), (1, 1))]
+    by_hand = (4 * 8 * 8 * 32 + 32) + (32 * 4 * 4 * 64 + 64) + (64 * 3 * 3 * 64 + 64) + (3136 * 512 + 512)
+    assert sum(p.numel() for p in stem.parameters()) == by_hand == 1_684_128
+    frames = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    out = stem(frames)
+    assert out.shape == (3, 512) and (out >= 0).all()
+    torch.testing.assert_close(out, stem(frames.float() / 255.0))  # uint8 is scaled by 1/255
+    with pytest.raises(ValueError, match="at least 36x36"):
+        make_stem("nature", (4, 30, 30))
+    with pytest.raises(ValueError, match="unknown option 'channels' for stem 'nature'"):
+        make_stem("nature", (4, 84, 84), channels=[16])
 
 
 @pytest.mark.parametrize("prev_action,num_actions", [(False, 6), (True, 18)])
@@ -191,6 +255,54 @@ def test_launcher_config_is_the_papers():
     assert cfg.run.device == "auto" and cfg.core.hidden_size == 256
     assert cfg.run.run_dir == "runs/atari-{game}-{core}" and cfg.resolved_run_dir() == "runs/atari-SpaceInvaders-lstm"
     assert (cfg.network.stem, cfg.network.reward_clip, cfg.network.prev_action) == ("resnet", 1.0, False)
+
+
+def test_cpu_recipe_loads_and_its_batches_add_up():
+    """launch/configs/atari_cpu.yaml: the Nature stem and CleanRL's ppo_atari numbers, with 8 envs x 128
+    steps = 1,024 steps a batch in 4 x 4 minibatches of 2 whole trajectories (256 steps), and CleanRL's
+    gradient clip of 0.5 on a mean loss as 0.5 x 256 on our summed one."""
+    from agents.run_config import check_config
+
+    cfg = load_config(["--config", os.path.join(ROOT, "launch", "configs", "atari_cpu.yaml")])
+    check_config(cfg)
+    assert (cfg.network.stem, cfg.network.output_size, cfg.core.name, cfg.run.device) == ("nature", 512, "ff", "cpu")
+    a, lc, loss, o = cfg.actor, cfg.learner, cfg.loss, cfg.optim
+    envs_total = a.num_actors * a.envs_per_actor
+    assert envs_total == 8 and a.unroll_length == 128 and a.inference == "actor"
+    assert lc.batch_size == envs_total and lc.batch_size % a.envs_per_actor == 0  # a batch: one unroll of each env
+    steps_per_batch = lc.batch_size * a.unroll_length
+    trajectories_per_minibatch, rest = divmod(lc.batch_size, lc.minibatches)
+    assert steps_per_batch == 1024 and (lc.epochs, lc.minibatches) == (4, 4) and rest == 0
+    minibatch_steps = trajectories_per_minibatch * a.unroll_length
+    assert minibatch_steps == 256 and o.grad_clip == 0.5 * minibatch_steps
+    assert (loss.clip, loss.advantages, loss.gae_lambda, loss.discount, loss.entropy_cost, loss.baseline_cost) == \
+        (0.1, "gae", 0.95, 0.99, 0.01, 0.5)
+    assert loss.normalize_advantages and (o.name, o.lr, o.eps, o.lr_decay) == ("adam", 2.5e-4, 1e-5, True)
+    assert cfg.env.sticky_action_prob == 0.25 and cfg.env.noop_max == 30  # the papers' protocol, as evaluated
+    assert cfg.run.total_steps == 2_500_000 and cfg.checkpoint.milestones == [1_000_000, 2_500_000]
+    model = AgentNet((4, 84, 84), 6, cfg.core.name, {}, stem=cfg.network.stem, stem_options=cfg.network.stem_options(),
+                     reward_clip=1.0, prev_action=False)
+    assert model.stem.output_size == 512
+
+
+def test_stem_is_chosen_by_name_and_saved_configs_read_back():
+    from agents.config import to_dict
+    from agents.errors import ConfigError
+    from agents.run_config import config_from_dict
+
+    nature = load_config(["--network.stem", "nature", "--network.output_size", "256"])
+    assert (nature.network.stem, nature.network.output_size) == ("nature", 256)
+    assert nature.network.stem_options() == {"output_size": 256}
+    assert config_from_dict(to_dict(nature), "test") == nature
+    resnet = load_config([])
+    assert resnet.network.stem_options() == {"channels": [16, 32, 32], "num_blocks": 2, "output_size": 256}
+    old = to_dict(resnet)
+    del old["network"]["stem"]  # a checkpoint from before network.stem was selectable
+    assert config_from_dict(old, "test").network.stem_options() == resnet.network.stem_options()
+    with pytest.raises(ConfigError, match="unknown stem 'vgg'; choose one of: resnet, nature"):
+        load_config(["--network.stem", "vgg"])
+    with pytest.raises(ConfigError, match="num_blocks"):
+        load_config(["--network.stem", "nature", "--network.num_blocks", "3"])
 
 
 # ---------------------------------------------------------------- end to end
