@@ -5,6 +5,8 @@
     python launch/bench.py atari     # actor-side steps/s (env + policy) vs raw AtariVectorEnv, same N
     python launch/bench.py inference --env maze    # raw envs, actor mode, server mode, zero-cost server
     python launch/bench.py backends --env maze     # end-to-end training SPS: local backend vs Ray
+    python launch/bench.py training --env atari --flags --config launch/configs/atari_cpu.yaml
+                                                   # end-to-end training SPS vs raw envs, and its parts
     python launch/bench.py peers --env maze        # returns at equal steps beside sb3-contrib's RecurrentPPO
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ import random
 import statistics
 import tempfile
 import time
+from typing import Any, Callable
 
 import torch
 
@@ -445,6 +448,84 @@ def bench_backends(args: argparse.Namespace) -> None:
     print(f"ray / local: {med['ray'] / med['local']:.2f}")
 
 
+def bench_training(args: argparse.Namespace) -> None:
+    """End-to-end training steps/s of an entry point's run beside its raw envs, side by side, and
+    what each part of a step costs.
+
+    * raw envs: ``actor.num_actors`` processes of ``actor.envs_per_actor`` envs each, stepped with
+      random actions (the run's own layout, no policy, no learner);
+    * training: the run itself for ``--steps`` steps (fresh run directory each time), its SPS from
+      the first update to the end. Repetitions alternate the two, and medians are compared.
+
+    The parts, each timed alone in this process, in core-ms per env step: the env (one process
+    of the run's envs), acting (the policy's forward on one actor's envs, 1 torch thread, as an
+    actor runs it) and learning (``learn_from_batch`` on one batch of the run's shape: every
+    epoch and minibatch, in ``run.num_threads`` threads). Their sum bounds what the machine's
+    cores can train; what end to end loses beyond it is transport, copies and waiting.
+    """
+    import envs
+    from agents.config import options
+    from agents.learning.learner import learn_from_batch, train
+    from agents.learning.training import Trainer
+    from agents.run_config import build_model
+    from launch import atari, maze
+
+    load = maze.load if args.env == "maze" else atari.load
+    extra = ["--game", args.game] if args.env == "atari" else []
+    quiet = ["--log.tensorboard", "false", "--log.print_every_s", "1e9", "--total_steps", str(args.steps)]
+    rates: dict[str, list[float]] = {"raw envs": [], "training": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(args.reps):
+            cfg = load([*extra, *args.flags, *quiet, "--run_dir", f"{tmp}/run{rep}"])
+            a = cfg.actor
+            rates["raw envs"].append(_raw_rate(cfg.env.name, options(cfg.env), a.num_actors, a.envs_per_actor,
+                                               args.seconds))
+            rates["training"].append(train(cfg)["sps"])
+        med = {m: statistics.median(r) for m, r in rates.items()}
+        print(f"{cfg.env.name}{' ' + args.game if args.env == 'atari' else ''}, core {cfg.core.name}, "
+              f"{a.num_actors} x {a.envs_per_actor} envs, {args.steps:,} training steps per run, median of "
+              f"{args.reps}, {os.cpu_count()} cpus")
+        for mode, runs in rates.items():
+            print(f"{mode:<12}{med[mode]:>10.0f} steps/s  (runs: {', '.join(f'{r:.0f}' for r in runs)})")
+        print(f"training / raw envs: {med['training'] / med['raw envs']:.2f}")
+
+        probe = envs.make(cfg.env.name, num_envs=a.envs_per_actor, seed=0, **options(cfg.env))
+        obs = torch.from_numpy(probe.reset())
+        env_ms = 1000.0 / _raw_rate(cfg.env.name, options(cfg.env), 1, a.envs_per_actor, args.seconds)
+        model = build_model(cfg, tuple(probe.observation_shape), probe.num_actions)
+        E, T, N = a.envs_per_actor, a.unroll_length, cfg.learner.batch_size
+        torch.set_num_threads(1)
+        state, zeros = model.initial_state(E), torch.zeros(E)
+        act = lambda: model.act(obs, zeros, zeros.long(), zeros.bool(), state)  # noqa: E731
+        act_ms = _median_ms(act, args.reps * 10) / E
+        torch.set_num_threads(cfg.run.num_threads or torch.get_num_threads())
+        big = obs[torch.randint(0, E, (T + 1, N))]
+        A = probe.num_actions
+        batch = {"obs": big, "reward": torch.randn(T + 1, N).sign(), "done": torch.rand(T + 1, N) < 0.01,
+                 "action": torch.randint(0, A, (T + 1, N)), "logits": torch.randn(T + 1, N, A),
+                 **{f"state_{i}": s.expand(N, *s.shape[1:]).clone() for i, s in enumerate(model.initial_state(1))}}
+        trainer = Trainer(model, cfg.optim, 1e9, f"{tmp}/parts", cfg, 1)
+        generator = torch.Generator().manual_seed(0)
+        learn_ms = _median_ms(lambda: learn_from_batch(trainer, model, batch, cfg, generator), args.reps) / (T * N)
+        learn_ms *= cfg.run.num_threads or torch.get_num_threads()  # core-ms
+        probe.close()
+    total = env_ms + act_ms + learn_ms
+    print(f"core-ms per env step: env {env_ms:.3f}, act {act_ms:.3f}, learn {learn_ms:.3f} "
+          f"({cfg.learner.epochs} epochs x {cfg.learner.minibatches} minibatches); sum {total:.3f}, so "
+          f"{os.cpu_count()} cores train at most {1000 * (os.cpu_count() or 1) / total:.0f} steps/s")
+
+
+def _median_ms(fn: Callable[[], Any], reps: int) -> float:
+    """Median wall time of ``fn()`` in ms, after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(max(reps, 3)):
+        start = time.perf_counter()
+        fn()
+        times.append(1000 * (time.perf_counter() - start))
+    return statistics.median(times)
+
+
 def _add_run_choice(parser: argparse.ArgumentParser) -> None:
     """--env, --game and --core: the training run a benchmark builds from the entry point's config."""
     parser.add_argument("--env", choices=["maze", "atari"], default="maze")
@@ -512,6 +593,15 @@ def main(argv: list[str] | None = None) -> None:
     backends.add_argument("--flags", nargs=argparse.REMAINDER, default=[],
                           help="more flags for both runs, e.g. --flags --num_actors 4 (last)")
     backends.set_defaults(run=bench_backends)
+    training = sub.add_parser("training", help="end-to-end training SPS vs the raw envs, and each part's cost")
+    training.add_argument("--env", choices=["maze", "atari"], default="atari")
+    training.add_argument("--game", default="Pong", help="Atari game (--env atari)")
+    training.add_argument("--steps", type=int, default=100_000, help="steps per training run")
+    training.add_argument("--seconds", type=float, default=8.0, help="length of one timing of the raw envs")
+    training.add_argument("--reps", type=int, default=2)
+    training.add_argument("--flags", nargs=argparse.REMAINDER, default=[],
+                          help="flags for the run, e.g. --flags --config launch/configs/atari_cpu.yaml (last)")
+    training.set_defaults(run=bench_training)
     peers.add_parser(sub)
     args = parser.parse_args(argv)
     args.run(args)

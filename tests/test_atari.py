@@ -347,3 +347,27 @@ def test_end_to_end_train_resume_evaluate(core, tmp_path):
     with open(os.path.join(out_dir, "evaluation.md")) as f:
         table = f.read()
     assert "| Game |" in table and "| Pong |" in table
+
+
+@pytest.mark.slow
+def test_cpu_recipe_trains_checkpoints_and_evaluates_on_pong(tmp_path):
+    """20K steps of launch/configs/atari_cpu.yaml on Pong (the Nature stem, PPO's epochs and
+    minibatches, two actor processes): a milestone and the latest checkpoint, a log whose games
+    ended, and evaluate.py scoring the milestone in Table 9/10's layout."""
+    run_dir, out_dir = str(tmp_path / "run"), str(tmp_path / "eval")
+    _run(["launch/atari.py", "--config", "launch/configs/atari_cpu.yaml", "--run_dir", run_dir, "--total_steps",
+          "20000", "--checkpoint.milestones", "[10000]", "--log.tensorboard", "false"], timeout=1800)
+    assert sorted(f for f in os.listdir(run_dir) if f.endswith(".pt")) == ["checkpoint-10240.pt", "checkpoint.prev1.pt",
+                                                                           "checkpoint.pt"]
+    assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)["counters"]["step"] == 20 * 1024
+    with open(os.path.join(run_dir, "logs.csv")) as f:
+        rows = f.read().splitlines()
+    header = rows[0].split(",")
+    last = dict(zip(header, rows[-1].split(",")))
+    assert len(rows) - 1 == 20 and -21 <= float(last["mean_return"]) <= 21  # one row per batch of 1,024 steps
+    _run(["launch/evaluate.py", run_dir, "--runs", "1", "--episodes", "2", "--max_episode_frames", "4000",
+          "--workers", "2", "--out", out_dir])
+    (result,) = _read_json(os.path.join(out_dir, "evaluation.json"))["results"]
+    assert (result["game"], result["core"], result["step"], result["runs"], result["episodes"]) == ("Pong", "ff", 10240,
+                                                                                                 1, 2)
+    assert all(-21 <= score <= 21 for score in result["per_run"][0]["scores"])
