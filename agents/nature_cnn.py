@@ -4,7 +4,9 @@ reinforcement learning", Methods: model architecture), the small torso for CPU-s
 conv 32 x 8x8 stride 4, ReLU; conv 64 x 4x4 stride 2, ReLU; conv 64 x 3x3 stride 1, ReLU;
 flatten (64 x 7 x 7 = 3136 values for 84x84 frames); Linear(3136 -> ``output_size``) with ReLU.
 uint8 frames are scaled by 1/255. No padding, so each conv shrinks the frame to
-floor((size - kernel) / stride) + 1: 84 -> 20 -> 9 -> 7.
+floor((size - kernel) / stride) + 1: 84 -> 20 -> 9 -> 7. Weights start orthogonal with gain
+sqrt(2) and biases at 0, as CleanRL's ``ppo_atari`` initialises this network (Huang et al. 2022,
+"The 37 implementation details of PPO", detail 2).
 
 It costs about 9.4M multiply-adds per frame forward, against about 20M for the IMPALA deep
 ResNet (agents/resnet.py) at 84x84, and most of its weights sit in one matrix product, which a
@@ -12,6 +14,7 @@ CPU runs well. The papers' deep ResNet stays the Atari default.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -46,6 +49,10 @@ class NatureStem(nn.Module):
         self.flat_size = in_channels * height * width
         self.fc = nn.Linear(self.flat_size, config.output_size)
         self.output_size = config.output_size
+        for layer in (*self.convs, self.fc):
+            if isinstance(layer, (nn.Conv2d, nn.Linear)):
+                nn.init.orthogonal_(layer.weight, gain=math.sqrt(2))
+                nn.init.zeros_(layer.bias)
 
     def forward(self, obs: Tensor) -> Tensor:
         x = obs.float() / 255.0 if obs.dtype == torch.uint8 else obs.float()

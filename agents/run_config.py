@@ -126,6 +126,8 @@ class ActorConfig:
     """T: steps per unroll, the learner's backpropagation span."""
     inference: Literal["auto", "actor", "server"] = "auto"
     """Where the policy runs: a CPU copy per actor (actor), or batched on the learner device (server, auto on CUDA)."""
+    num_buffers: Optional[PositiveInt] = None
+    """Actor mode: rollout buffers the actors fill (null: 2 x num_actors + a batch's; a batch's caps the lag at one)."""
     server_max_batch: NonNegativeInt = 0
     """Server mode: the most envs one inference batch serves (0: all)."""
     server_max_wait_ms: NonNegativeFloat = 2.0
@@ -277,6 +279,9 @@ def check_config(cfg: TrainConfig, device_type: str = "cpu") -> None:
     check(cfg.learner.batch_size % cfg.actor.envs_per_actor == 0, "learner.batch_size",
           f"{cfg.learner.batch_size} must be a multiple of actor.envs_per_actor ({cfg.actor.envs_per_actor}), "
           "the trajectories an actor fills at once")
+    check(cfg.actor.num_buffers is None or cfg.actor.num_buffers >= cfg.learner.batch_size // cfg.actor.envs_per_actor,
+          "actor.num_buffers", f"{cfg.actor.num_buffers} must be at least the unrolls of one batch "
+          f"(learner.batch_size / actor.envs_per_actor = {cfg.learner.batch_size // cfg.actor.envs_per_actor})")
     check(cfg.learner.minibatches <= cfg.learner.batch_size, "learner.minibatches",
           f"{cfg.learner.minibatches} must be at most learner.batch_size ({cfg.learner.batch_size}): each "
           "minibatch holds whole trajectories")

@@ -2,6 +2,7 @@
 process group under every start method; a dead actor's message names it, its signal and what to do."""
 from __future__ import annotations
 
+import copy
 import multiprocessing
 import os
 import queue
@@ -51,14 +52,47 @@ def test_pipe_queue_and_flag_cross_processes(start_method):
     flag.close()
 
 
-def _pool(start_method: str) -> ActorPool:
+def _pool(start_method: str, num_buffers: int | None = None, model: AgentNet | None = None) -> ActorPool:
     probe = envs.make("maze", num_envs=1)
     obs_shape, obs_dtype = tuple(probe.observation_shape), torch.from_numpy(probe.reset()).dtype
-    model = AgentNet(obs_shape, probe.num_actions, "lstm", {"hidden_size": 8})
+    model = model or AgentNet(obs_shape, probe.num_actions, "lstm", {"hidden_size": 8})
     model.share_memory()
     return ActorPool(model, "maze", {"episode_length": 20}, num_actors=2, envs_per_actor=4, unroll_length=5,
                      unrolls_per_batch=1, observation_shape=obs_shape, observation_dtype=obs_dtype,
-                     seeds=[0, 1], start_method=start_method)
+                     seeds=[0, 1], start_method=start_method, num_buffers=num_buffers)
+
+
+def _policy_lags(num_buffers: int | None, batches: int = 8) -> list[int]:
+    """With a learner slower than the actors: for each batch, how many weight versions it lags
+    behind the learner's. Version v of the weights makes logit 0 equal v, so each unroll's
+    logits say which versions acted in it (the oldest counts)."""
+    probe = envs.make("maze", num_envs=1)
+    learner = AgentNet(tuple(probe.observation_shape), probe.num_actions, "lstm", {"hidden_size": 8})
+    with torch.no_grad():
+        learner.policy.weight.zero_()
+        learner.policy.bias.zero_()
+    actors = copy.deepcopy(learner)
+    lags = []
+    with _pool("fork", num_buffers, actors) as pool:
+        for version in range(batches):
+            batch = pool.get_batch()
+            lags.append(version - int(batch["logits"][1:, :, 0].min()))
+            time.sleep(0.3)  # the learner's update: the actors fill every free buffer meanwhile
+            with torch.no_grad():
+                learner.policy.bias[0] = version + 1
+            pool.publish_weights(learner)
+    return lags
+
+
+def test_num_buffers_of_one_batch_bound_the_policy_lag_to_one_batch():
+    """A batch's worth of buffers: each batch was acted with the weights one update old at most
+    (the actors fill it while the learner learns from the last); the default's 5 buffers lag more."""
+    bounded = _policy_lags(num_buffers=1)
+    assert max(bounded[2:]) <= 1, bounded
+    default = _policy_lags(num_buffers=None)
+    assert max(default[2:]) >= 3, default
+    with pytest.raises(ValueError, match="num_buffers \\(0\\) must be at least the unrolls per batch \\(1\\)"):
+        _pool("fork", num_buffers=0)
 
 
 def test_a_killed_actor_is_named_with_its_signal_and_what_to_do():

@@ -204,6 +204,11 @@ def test_nature_stem_shapes_and_parameters_by_hand():
     out = stem(frames)
     assert out.shape == (3, 512) and (out >= 0).all()
     torch.testing.assert_close(out, stem(frames.float() / 255.0))  # uint8 is scaled by 1/255
+    for layer in [*convs, stem.fc]:  # CleanRL's init: orthogonal rows (or columns) of norm sqrt(2), zero bias
+        w = layer.weight.flatten(1)
+        gram = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+        torch.testing.assert_close(gram, 2 * torch.eye(len(gram)), atol=1e-4, rtol=0)
+        assert not layer.bias.any()
     with pytest.raises(ValueError, match="at least 36x36"):
         make_stem("nature", (4, 30, 30))
     with pytest.raises(ValueError, match="unknown option 'channels' for stem 'nature'"):
@@ -258,9 +263,9 @@ def test_launcher_config_is_the_papers():
 
 
 def test_cpu_recipe_loads_and_its_batches_add_up():
-    """launch/configs/atari_cpu.yaml: the Nature stem and CleanRL's ppo_atari numbers, with 8 envs x 128
-    steps = 1,024 steps a batch in 4 x 4 minibatches of 2 whole trajectories (256 steps), and CleanRL's
-    gradient clip of 0.5 on a mean loss as 0.5 x 256 on our summed one."""
+    """launch/configs/atari_cpu.yaml: the Nature stem and CleanRL's ppo_atari numbers, with 16 envs x 64
+    steps = 1,024 steps a batch in 4 x 4 minibatches of 4 whole trajectories (256 steps), CleanRL's
+    gradient clip of 0.5 on a mean loss as 0.5 x 256 on our summed one, and one batch's buffers."""
     from agents.run_config import check_config
 
     cfg = load_config(["--config", os.path.join(ROOT, "launch", "configs", "atari_cpu.yaml")])
@@ -268,8 +273,9 @@ def test_cpu_recipe_loads_and_its_batches_add_up():
     assert (cfg.network.stem, cfg.network.output_size, cfg.core.name, cfg.run.device) == ("nature", 512, "ff", "cpu")
     a, lc, loss, o = cfg.actor, cfg.learner, cfg.loss, cfg.optim
     envs_total = a.num_actors * a.envs_per_actor
-    assert envs_total == 8 and a.unroll_length == 128 and a.inference == "actor"
+    assert envs_total == 16 and a.unroll_length == 64 and a.inference == "actor"
     assert lc.batch_size == envs_total and lc.batch_size % a.envs_per_actor == 0  # a batch: one unroll of each env
+    assert a.num_buffers == lc.batch_size // a.envs_per_actor == 2  # the policy lag: one batch at most
     steps_per_batch = lc.batch_size * a.unroll_length
     trajectories_per_minibatch, rest = divmod(lc.batch_size, lc.minibatches)
     assert steps_per_batch == 1024 and (lc.epochs, lc.minibatches) == (4, 4) and rest == 0

@@ -111,9 +111,18 @@ class ActorPool(Transport):
     def __init__(self, model: nn.Module, env_name: str, env_options: dict[str, Any], num_actors: int,
                  envs_per_actor: int, unroll_length: int, unrolls_per_batch: int,
                  observation_shape: tuple[int, ...], observation_dtype: torch.dtype, seeds: list[int],
-                 start_method: str = "fork"):
-        """``model`` is the actors' copy, on the CPU in shared memory (``model.share_memory()``)."""
-        num_buffers = 2 * num_actors + unrolls_per_batch
+                 start_method: str = "fork", num_buffers: int | None = None):
+        """``model`` is the actors' copy, on the CPU in shared memory (``model.share_memory()``).
+
+        ``num_buffers`` rollout buffers (default 2 x num_actors + unrolls_per_batch) circulate
+        between the actors and the learner. When the learner is the slower side, the actors keep
+        them all full, and a batch is about ``num_buffers / unrolls_per_batch - 1`` batches older
+        than the weights that learn from it; ``unrolls_per_batch`` buffers bound that lag to one
+        batch (the actors fill the next batch while the learner learns from this one)."""
+        num_buffers = 2 * num_actors + unrolls_per_batch if num_buffers is None else num_buffers
+        if num_buffers < unrolls_per_batch:
+            raise ValueError(f"num_buffers ({num_buffers}) must be at least the unrolls per batch "
+                             f"({unrolls_per_batch})")
         self.model = model
         self.buffers = create_buffers(num_buffers, unroll_length, envs_per_actor, observation_shape,
                                       observation_dtype, model.num_actions, model.initial_state(envs_per_actor))

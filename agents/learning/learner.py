@@ -144,7 +144,7 @@ def make_transport(cfg: TrainConfig, model: AgentNet, device: torch.device, obse
     actor_model.share_memory()
     return ActorPool(actor_model, cfg.env.name, env_options, ac.num_actors, ac.envs_per_actor, ac.unroll_length,
                      cfg.learner.batch_size // ac.envs_per_actor, observation_shape, observation_dtype, seeds,
-                     ac.start_method)
+                     ac.start_method, ac.num_buffers)
 
 
 class GracefulStop:

@@ -27,7 +27,8 @@ from fastnet.feature_maps import redraw_random_features
 # section name covers all of its keys.
 RESUMABLE = ("run.total_steps", "run.device", "run.run_dir", "run.num_threads", "run.resume", "run.keep_checkpoints",
              "run.kernels",
-             "actor.num_actors", "actor.inference", "actor.server_max_batch", "actor.server_max_wait_ms",
+             "actor.num_actors", "actor.num_buffers", "actor.inference", "actor.server_max_batch",
+             "actor.server_max_wait_ms",
              "actor.backend", "ray",
              "actor.start_method", "log", "checkpoint", "optim.grad_clip", "optim.max_nonfinite_steps",
              "train.max_steps", "train.max_epochs", "train.max_time_s", "train.eval_every", "train.eval_batch_size",
