@@ -248,10 +248,15 @@ def network_section(stem: str) -> type:
     return section
 
 
-@functools.cache
 def rl_schema(env: str, core: str, stem: str | None = None) -> type:
     """The config dataclass of an entry point: TrainConfig with typed ``core``, ``env`` and ``network``
-    (the env's network, or that of image stem ``stem``)."""
+    (the env's network, or that of image stem ``stem``). The same arguments, given by position or
+    by keyword or left to their default, give the same class, so that configs compare equal."""
+    return _rl_schema(env, core, stem)
+
+
+@functools.cache
+def _rl_schema(env: str, core: str, stem: str | None) -> type:
     network = NETWORKS[env] if stem is None else network_section(stem)
     return dataclasses.make_dataclass(
         "TrainConfig", [("core", core_section(core), field(default_factory=core_section(core))),
