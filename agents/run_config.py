@@ -230,10 +230,11 @@ class TrainConfig:
         return self.run.run_dir.format(env=self.env.name, core=self.core.name, game=getattr(self.env, "game", ""))
 
 
-# The network (stem) each env's observations take.
-NETWORKS: dict[str, type] = {"maze": MLPNetworkConfig, "atari": ResNetNetworkConfig, "gym": MLPNetworkConfig}
-# The stems an entry point may let ``network.stem`` choose (launch/atari.py).
+# The network (stem) each env's observations take; atari's is chosen by ``network.stem``.
+NETWORKS: dict[str, type] = {"maze": MLPNetworkConfig, "gym": MLPNetworkConfig}
+# The stems ``network.stem`` chooses from (launch/atari.py), and each env's default one.
 IMAGE_NETWORKS: dict[str, type] = {"resnet": ResNetNetworkConfig, "nature": NatureNetworkConfig}
+DEFAULT_STEMS: dict[str, str] = {"atari": "resnet"}
 
 
 @functools.cache
@@ -251,8 +252,9 @@ def network_section(stem: str) -> type:
 def rl_schema(env: str, core: str, stem: str | None = None) -> type:
     """The config dataclass of an entry point: TrainConfig with typed ``core``, ``env`` and ``network``
     (the env's network, or that of image stem ``stem``). The same arguments, given by position or
-    by keyword or left to their default, give the same class, so that configs compare equal."""
-    return _rl_schema(env, core, stem)
+    by keyword or left to their default, give the same class, so that configs compare equal (an
+    Atari config saved before ``network.stem`` existed reads back as today's ``resnet`` one)."""
+    return _rl_schema(env, core, stem or DEFAULT_STEMS.get(env))
 
 
 @functools.cache

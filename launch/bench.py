@@ -458,7 +458,7 @@ def bench_training(args: argparse.Namespace) -> None:
       the first update to the end. Repetitions alternate the two, and medians are compared.
 
     The parts, each timed alone in this process, in core-ms per env step: the env (one process
-    of the run's envs), acting (the policy's forward on one actor's envs, 1 torch thread, as an
+    of the run's envs on one thread), acting (the policy's forward on one actor's envs, 1 torch thread, as an
     actor runs it) and learning (``learn_from_batch`` on one batch of the run's shape: every
     epoch and minibatch, in ``run.num_threads`` threads). Their sum bounds what the machine's
     cores can train; what end to end loses beyond it is transport, copies and waiting.
@@ -489,16 +489,18 @@ def bench_training(args: argparse.Namespace) -> None:
             print(f"{mode:<12}{med[mode]:>10.0f} steps/s  (runs: {', '.join(f'{r:.0f}' for r in runs)})")
         print(f"training / raw envs: {med['training'] / med['raw envs']:.2f}")
 
-        probe = envs.make(cfg.env.name, num_envs=a.envs_per_actor, seed=0, **options(cfg.env))
+        one_thread = {**options(cfg.env), **({"num_threads": 1} if "num_threads" in options(cfg.env) else {})}
+        probe = envs.make(cfg.env.name, num_envs=a.envs_per_actor, seed=0, **one_thread)
         obs = torch.from_numpy(probe.reset())
-        env_ms = 1000.0 / _raw_rate(cfg.env.name, options(cfg.env), 1, a.envs_per_actor, args.seconds)
+        env_ms = 1000.0 / _raw_rate(cfg.env.name, one_thread, 1, a.envs_per_actor, args.seconds)  # on one core
+        learn_threads = cfg.run.num_threads or torch.get_num_threads()
         model = build_model(cfg, tuple(probe.observation_shape), probe.num_actions)
         E, T, N = a.envs_per_actor, a.unroll_length, cfg.learner.batch_size
         torch.set_num_threads(1)
         state, zeros = model.initial_state(E), torch.zeros(E)
         act = lambda: model.act(obs, zeros, zeros.long(), zeros.bool(), state)  # noqa: E731
         act_ms = _median_ms(act, args.reps * 10) / E
-        torch.set_num_threads(cfg.run.num_threads or torch.get_num_threads())
+        torch.set_num_threads(learn_threads)
         big = obs[torch.randint(0, E, (T + 1, N))]
         A = probe.num_actions
         batch = {"obs": big, "reward": torch.randn(T + 1, N).sign(), "done": torch.rand(T + 1, N) < 0.01,
@@ -507,7 +509,7 @@ def bench_training(args: argparse.Namespace) -> None:
         trainer = Trainer(model, cfg.optim, 1e9, f"{tmp}/parts", cfg, 1)
         generator = torch.Generator().manual_seed(0)
         learn_ms = _median_ms(lambda: learn_from_batch(trainer, model, batch, cfg, generator), args.reps) / (T * N)
-        learn_ms *= cfg.run.num_threads or torch.get_num_threads()  # core-ms
+        learn_ms *= learn_threads  # core-ms
         probe.close()
     total = env_ms + act_ms + learn_ms
     print(f"core-ms per env step: env {env_ms:.3f}, act {act_ms:.3f}, learn {learn_ms:.3f} "
