@@ -56,7 +56,7 @@ class NatureStem(nn.Module):
 
     def forward(self, obs: Tensor) -> Tensor:
         x = obs.float() / 255.0 if obs.dtype == torch.uint8 else obs.float()
-        # NHWC as in agents/resnet.py: oneDNN's convolutions are faster so on the CPU, values unchanged
+        # NHWC as in agents/resnet.py: oneDNN's convolutions are faster in it on the CPU; values unchanged
         x = self.convs(x.contiguous(memory_format=torch.channels_last))
         return torch.relu(self.fc(x.flatten(1)))
 
