@@ -32,6 +32,8 @@ class NatureStem(nn.Module):
 
         output_size: int = 512
         """Units of the final fully connected layer (512 in the paper)."""
+        bf16: bool = False
+        """Run the convolutions and the linear layer in bfloat16 (CPU autocast; float32 out)."""
 
     def __init__(self, observation_shape: tuple[int, ...], config: Config):
         super().__init__()
@@ -48,7 +50,7 @@ class NatureStem(nn.Module):
         self.convs = nn.Sequential(*layers)
         self.flat_size = in_channels * height * width
         self.fc = nn.Linear(self.flat_size, config.output_size)
-        self.output_size = config.output_size
+        self.output_size, self.bf16 = config.output_size, config.bf16
         for layer in (*self.convs, self.fc):
             if isinstance(layer, (nn.Conv2d, nn.Linear)):
                 nn.init.orthogonal_(layer.weight, gain=math.sqrt(2))
@@ -56,9 +58,11 @@ class NatureStem(nn.Module):
 
     def forward(self, obs: Tensor) -> Tensor:
         x = obs.float() / 255.0 if obs.dtype == torch.uint8 else obs.float()
-        # NHWC as in agents/resnet.py: oneDNN's convolutions are faster in it on the CPU; values unchanged
-        x = self.convs(x.contiguous(memory_format=torch.channels_last))
-        return torch.relu(self.fc(x.flatten(1)))
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            # NHWC as in agents/resnet.py: oneDNN's convolutions are faster in it on the CPU; values unchanged
+            x = self.convs(x.contiguous(memory_format=torch.channels_last))
+            x = torch.relu(self.fc(x.flatten(1)))
+        return x.float()
 
 
 __all__ = ["NatureStem"]

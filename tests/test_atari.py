@@ -215,6 +215,21 @@ def test_nature_stem_shapes_and_parameters_by_hand():
         make_stem("nature", (4, 84, 84), channels=[16])
 
 
+def test_nature_stem_in_bfloat16_is_the_float32_stem_to_bfloat16_precision():
+    """network.bf16: the same weights give float32 features within bfloat16's rounding (8 bits of
+    mantissa), not bit-equal (the products did run in bfloat16), and float32 gradients."""
+    torch.manual_seed(0)
+    full = make_stem("nature", (4, 84, 84))
+    half = make_stem("nature", (4, 84, 84), bf16=True)
+    half.load_state_dict(full.state_dict())
+    frames = torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8)
+    want, got = full(frames), half(frames)
+    assert got.dtype == torch.float32 and not torch.equal(got, want)
+    assert (got - want).norm() <= 0.02 * want.norm()
+    got.sum().backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in half.parameters())
+
+
 @pytest.mark.parametrize("prev_action,num_actions", [(False, 6), (True, 18)])
 @pytest.mark.parametrize("core", list(PAPER_PARAMS))
 def test_parameter_counts_match_the_papers(core, prev_action, num_actions):
@@ -283,7 +298,8 @@ def test_cpu_recipe_loads_and_its_batches_add_up():
     assert minibatch_steps == 256 and o.grad_clip == 0.5 * minibatch_steps
     assert (loss.clip, loss.advantages, loss.gae_lambda, loss.discount, loss.entropy_cost, loss.baseline_cost) == \
         (0.1, "gae", 0.95, 0.99, 0.01, 0.5)
-    assert loss.normalize_advantages and (o.name, o.lr, o.eps, o.lr_decay) == ("adam", 2.5e-4, 1e-5, True)
+    assert loss.normalize_advantages and (o.name, o.lr, o.eps, o.lr_decay) == ("adam", 2.5e-4, 1e-5, False)
+    assert cfg.network.bf16
     assert cfg.env.sticky_action_prob == 0.25 and cfg.env.noop_max == 30  # the papers' protocol, as evaluated
     assert cfg.run.total_steps == 2_500_000 and cfg.checkpoint.milestones == [1_000_000, 2_500_000]
     model = AgentNet((4, 84, 84), 6, cfg.core.name, {}, stem=cfg.network.stem, stem_options=cfg.network.stem_options(),
@@ -298,7 +314,7 @@ def test_stem_is_chosen_by_name_and_saved_configs_read_back():
 
     nature = load_config(["--network.stem", "nature", "--network.output_size", "256"])
     assert (nature.network.stem, nature.network.output_size) == ("nature", 256)
-    assert nature.network.stem_options() == {"output_size": 256}
+    assert nature.network.stem_options() == {"output_size": 256, "bf16": False}
     assert config_from_dict(to_dict(nature), "test") == nature
     resnet = load_config([])
     assert resnet.network.stem_options() == {"channels": [16, 32, 32], "num_blocks": 2, "output_size": 256}
