@@ -42,7 +42,11 @@ class PopArt(nn.Linear):
     def update(self, targets: Tensor) -> None:
         """Move (μ, ν) towards the mean and mean square of ``targets`` by β (by 1/n for the first
         n < 1/β updates, so the first statistics are averages rather than biased towards the
-        initial 0 and 1), then rescale the head so that its outputs stay the same."""
+        initial 0 and 1), then rescale the head so that its outputs stay the same. Targets with a
+        NaN or infinity (a diverged batch, which the learner then skips) leave everything as it was:
+        one would make μ and ν NaN for good."""
+        if not torch.isfinite(targets).all():
+            return
         self.updates += 1
         beta = max(self.step, 1.0 / float(self.updates))
         sigma, mu = self.sigma, self.mu.clone()

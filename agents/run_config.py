@@ -175,7 +175,7 @@ class LossConfig:
     clip: Optional[PositiveFloat] = None
     """PPO's ε: the clipped surrogate on the ratio π/μ (null: IMPALA's ρ-weighted policy gradient)."""
     advantages: Literal["vtrace", "gae"] = "vtrace"
-    """Advantages and value targets: V-trace (off-policy corrected) or GAE (on-policy)."""
+    """Advantages and value targets: V-trace (off-policy corrected) or GAE (on-policy; needs loss.clip)."""
     gae_lambda: ClosedUnitInterval = 0.95
     """GAE's λ."""
     normalize_advantages: bool = False
@@ -292,6 +292,9 @@ def check_config(cfg: TrainConfig, device_type: str = "cpu") -> None:
     check(cfg.learner.minibatches <= cfg.learner.batch_size, "learner.minibatches",
           f"{cfg.learner.minibatches} must be at most learner.batch_size ({cfg.learner.batch_size}): each "
           "minibatch holds whole trajectories")
+    check(cfg.loss.advantages != "gae" or cfg.loss.clip is not None, "loss.advantages",
+          "gae needs loss.clip: PPO's clipped ratio π/μ is then its only correction for acting with an older "
+          "policy (without a clip use vtrace, whose ρ corrects it)")
     check(cfg.actor.backend != "ray" or cfg.actor.inference != "server", "actor.inference",
           "server mode runs on the local backend only; with actor.backend ray the hosts act with CPU copies of "
           "the policy (use actor or auto)")

@@ -137,6 +137,7 @@ def _bad_inputs(tmp):
         (maze, ["--core", "delta", "--core.feature_map", "relu"], "--core.feature_map: expected one of 'elu'"),
         (maze, ["--learner.batch_size", "100"], "learner.batch_size: 100 must be a multiple of actor.envs_per_actor"),
         (maze, ["--learner.minibatches", "256"], "learner.minibatches: 256 must be at most learner.batch_size (64)"),
+        (maze, ["--loss.advantages", "gae"], "loss.advantages: gae needs loss.clip"),
         (maze, ["--env.size", "4"], "env: size must be an odd int >= 5"),
         (maze, ["--device", "cuda:7" if not _has_cuda() else "tpu"], "--run.device"),
         (maze, ["--device", "tpu"], "--run.device: unknown device 'tpu'"),

@@ -207,6 +207,50 @@ def test_popart_normalises_the_value_loss_and_the_advantages():
         assert scaled[key].item() == pytest.approx(plain[key].item(), rel=1e-10)
 
 
+def test_popart_statistics_skip_a_nonfinite_batch_and_stay_finite_after_it():
+    """A diverged batch (NaN or inf targets) must not reach μ and ν: the finite batches after it
+    give the statistics they would have given without it."""
+    h = torch.randn(4, 8, dtype=torch.float64)
+    batches = [torch.randn(32, dtype=torch.float64) * 3 + 1 for _ in range(3)]
+    clean, poisoned = PopArt(8, step=0.1).double(), PopArt(8, step=0.1).double()
+    poisoned.load_state_dict(clean.state_dict())
+    for bad in (torch.tensor([1.0, math.nan]), torch.tensor([math.inf, 0.0])):
+        poisoned.update(bad.double())
+    assert poisoned.updates.item() == 0 and torch.equal(poisoned(h), clean(h))
+    for targets in batches:
+        clean.update(targets)
+        poisoned.update(targets)
+        poisoned.update(torch.full((32,), math.nan, dtype=torch.float64))
+    for name, value in clean.state_dict().items():
+        assert torch.isfinite(poisoned.state_dict()[name]).all() and torch.equal(poisoned.state_dict()[name], value)
+
+
+def test_popart_statistics_move_before_the_batchs_gradient_steps():
+    """van Hasselt et al. 2016, Algorithm 1: μ and σ move to the batch's value targets first, so
+    the first update's loss is in the new normalisation; the targets are the network's before
+    any step on the batch (here: the loss of the first update recomputed by hand)."""
+    cfg, model = make("lstm", "--loss.popart", "true", "--learner.epochs", "1", "--learner.minibatches", "1")
+    batch = fixed_batch(model)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        logits, baseline, _, _ = model(batch["obs"], batch["reward"], batch["action"], batch["done"],
+                                       tuple(batch[k] for k in sorted(batch) if k.startswith("state_")))
+    rewards, discounts = batch["reward"][1:], (~batch["done"][1:]).float() * cfg.loss.discount
+    actions = batch["action"][1:].unsqueeze(-1)
+    log_rhos = logits[:-1].log_softmax(-1).gather(-1, actions) - batch["logits"][1:].log_softmax(-1).gather(-1, actions)
+    targets = vtrace(log_rhos.squeeze(-1), discounts, rewards, baseline[:-1], baseline[-1]).vs
+    want = PopArt(model.baseline.in_features, step=cfg.loss.popart_step).double()
+    want.update(targets.double())
+    seen = []
+    trainer = sgd_trainer(model, cfg)
+    update = trainer.update
+    trainer.update = lambda loss_fn, redraw: seen.append((model.baseline.mu.item(), model.baseline.sigma.item())) or \
+        update(loss_fn, redraw=redraw)
+    learn_from_batch(trainer, model, batch, cfg, torch.Generator().manual_seed(0))
+    assert seen[0] == pytest.approx((want.mu.item(), want.sigma.item()), rel=1e-5)
+    assert before["baseline.mu"].item() == 0.0 and seen[0][0] != 0.0
+
+
 def test_a_popart_learner_updates_its_statistics_once_per_batch():
     cfg, model = make("lstm", "--loss.popart", "true", "--learner.epochs", "2", "--learner.minibatches", "3")
     assert isinstance(model.baseline, PopArt)

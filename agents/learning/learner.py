@@ -36,39 +36,49 @@ from agents.run_config import TrainConfig, build_model, check_config, inference_
 from fastnet.feature_maps import redraw_random_features
 
 
-def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig, old_values: Tensor | None = None,
-                 targets: list[Tensor] | None = None) -> tuple[Tensor, dict[str, Tensor]]:
-    """The loss on a batch of unrolls [T+1, N, ...] (layout of :mod:`agents.acting.transport`):
-    IMPALA's, or PPO's clipped surrogate with ``loss.clip`` (:mod:`agents.learning.losses`).
-
-    The model re-runs steps 0..T from the stored state; its logits and baselines at 0..T-1 are
-    scored against the actions a_0..a_{T-1} (stored at 1..T), rewards r_1..r_T and discounts
-    γ·(1 − done_{t+1}); the baseline at step T bootstraps (V(x_T) in Eq. 1). The advantages and
-    value targets are computed here, from the values the network gives now. The core's aux
-    losses (means over steps, e.g. MNM's meta loss) are multiplied by the T·N samples so that
-    an aux weight of 1 weighs them per sample like the summed terms. ``old_values`` [T, N] are
-    the values before the batch's first update (for ``loss.value_clip``); the value targets are
-    appended to ``targets`` if it is given (for PopArt's statistics).
-    """
-    lc = cfg.loss
+def run_unrolls(model: AgentNet, batch: dict[str, Tensor],
+                cfg: TrainConfig) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+    """The model re-run over a batch of unrolls [T+1, N, ...] (layout of
+    :mod:`agents.acting.transport`) from the stored core state: logits [T+1, N, A], baselines
+    [T+1, N] and the core's aux losses."""
     state = tuple(batch[f"state_{i}"] for i in range(sum(k.startswith("state_") for k in batch)))
     logits, baseline, _, aux = model(batch["obs"], batch["reward"], batch["action"], batch["done"], state,
                                      truncate_per_step=cfg.learner.truncate_per_step)
+    return logits, baseline, aux
+
+
+def score_unrolls(logits: Tensor, baseline: Tensor, batch: dict[str, Tensor], cfg: TrainConfig,
+                  value_scale: Tensor | None, old_values: Tensor | None = None) -> tuple[dict[str, Tensor], Tensor]:
+    """The loss terms and value targets [T, N] of :func:`run_unrolls`'s outputs: the logits and
+    baselines at 0..T-1 are scored against the actions a_0..a_{T-1} (stored at 1..T), rewards
+    r_1..r_T and discounts γ·(1 − done_{t+1}); the baseline at step T bootstraps (V(x_T) in Eq. 1)."""
+    lc = cfg.loss
     rewards = batch["reward"][1:]
     if cfg.network.reward_clip is not None:
         rewards = rewards.clamp(-cfg.network.reward_clip, cfg.network.reward_clip)
     discounts = (~batch["done"][1:]).float() * lc.discount
-    popart = model.baseline if isinstance(model.baseline, PopArt) else None
-    losses, value_targets = actor_critic_losses(
+    return actor_critic_losses(
         logits[:-1], batch["logits"][1:], batch["action"][1:], rewards, discounts, baseline[:-1], baseline[-1],
         rho_bar=lc.rho_bar, c_bar=lc.c_bar, clip=lc.clip, estimator=lc.advantages, gae_lambda=lc.gae_lambda,
-        normalize_advantages=lc.normalize_advantages, value_scale=popart.sigma if popart is not None else None,
-        old_values=old_values, value_clip=lc.value_clip)
-    if targets is not None:
-        targets.append(value_targets)
-    num_samples = rewards.numel()  # the loss terms are sums over T x N; aux losses are means
-    loss = total_loss(losses, lc.baseline_cost, lc.entropy_cost, {k: num_samples * v for k, v in aux.items()},
-                      lc.aux_loss_weights)
+        normalize_advantages=lc.normalize_advantages, value_scale=value_scale, old_values=old_values,
+        value_clip=lc.value_clip)
+
+
+def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig,
+                 old_values: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """The loss on a batch of unrolls: IMPALA's, or PPO's clipped surrogate with ``loss.clip``
+    (:mod:`agents.learning.losses`), with the advantages and value targets computed here from
+    the values the network gives now (:func:`run_unrolls`, :func:`score_unrolls`). The core's aux
+    losses (means over steps, e.g. MNM's meta loss) are multiplied by the T·N samples so that
+    an aux weight of 1 weighs them per sample like the summed terms. ``old_values`` [T, N] are
+    the values before the batch's first update (for ``loss.value_clip``).
+    """
+    logits, baseline, aux = run_unrolls(model, batch, cfg)
+    popart = model.baseline if isinstance(model.baseline, PopArt) else None
+    losses, _ = score_unrolls(logits, baseline, batch, cfg, popart.sigma if popart is not None else None, old_values)
+    num_samples = baseline[:-1].numel()  # the loss terms are sums over T x N; aux losses are means
+    loss = total_loss(losses, cfg.loss.baseline_cost, cfg.loss.entropy_cost,
+                      {k: num_samples * v for k, v in aux.items()}, cfg.loss.aux_loss_weights)
     return loss, {**losses, **{f"aux_{k}": v for k, v in aux.items()}}
 
 
@@ -89,9 +99,11 @@ def learn_from_batch(trainer: Trainer, model: AgentNet, batch: dict[str, Tensor]
                      generator: torch.Generator) -> dict[str, float]:
     """``learner.epochs`` passes over ``batch``, each in ``learner.minibatches`` minibatches of
     whole trajectories (a fresh random partition per pass), one optimiser step each, all with
-    the random features (FAVOR+) drawn once for the batch; then
-    PopArt's statistics move towards the value targets of the first pass. Returns the mean of
-    the updates' metrics (``nonfinite``: whether any update was skipped).
+    the random features (FAVOR+) drawn once for the batch. With PopArt, its statistics first move
+    towards the batch's value targets under the network as it is (one forward pass without
+    gradients, which also gives ``loss.value_clip``'s old values), and the steps then learn in the
+    new normalisation. Returns the mean of the updates' metrics (``nonfinite``: whether any
+    update was skipped).
 
     The advantages and value targets are recomputed in every minibatch from the network as it
     is then: its forward pass gives the values anyway, and V-trace's importance weights then
@@ -101,26 +113,24 @@ def learn_from_batch(trainer: Trainer, model: AgentNet, batch: dict[str, Tensor]
     lc = cfg.learner
     num_trajectories = batch["reward"].shape[1]
     redraw_random_features(model)  # once per batch: every update on it sees the same features
-    old_values = None
-    if cfg.loss.value_clip is not None:
-        with torch.no_grad():
-            state = tuple(batch[f"state_{i}"] for i in range(sum(k.startswith("state_") for k in batch)))
-            old_values = model(batch["obs"], batch["reward"], batch["action"], batch["done"], state,
-                               truncate_per_step=lc.truncate_per_step)[1][:-1]
     popart = model.baseline if isinstance(model.baseline, PopArt) else None
-    targets: list[Tensor] = []
+    old_values = None
+    if cfg.loss.value_clip is not None or popart is not None:
+        with torch.no_grad():
+            logits, baseline, _ = run_unrolls(model, batch, cfg)
+            if cfg.loss.value_clip is not None:
+                old_values = baseline[:-1]
+            if popart is not None:  # van Hasselt et al. 2016, Alg. 1: statistics first, then the gradient steps
+                popart.update(score_unrolls(logits, baseline, batch, cfg, popart.sigma)[1])
     rows = []
-    for epoch in range(lc.epochs):
+    for _ in range(lc.epochs):
         parts = [None] if lc.minibatches == 1 else minibatch_columns(num_trajectories, lc.minibatches, generator)
         for columns in parts:
             minibatch = batch if columns is None else select_trajectories(batch, columns)
             minibatch_old = old_values if columns is None or old_values is None else old_values[:, columns.to(
                 old_values.device)]
-            rows.append(trainer.update(functools.partial(compute_loss, model, minibatch, cfg, minibatch_old,
-                                                         targets if popart is not None and epoch == 0 else None),
+            rows.append(trainer.update(functools.partial(compute_loss, model, minibatch, cfg, minibatch_old),
                                        redraw=False))
-    if popart is not None:
-        popart.update(torch.cat([t.flatten() for t in targets]))
     metrics = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
     metrics["nonfinite"] = max(r["nonfinite"] for r in rows)
     return metrics

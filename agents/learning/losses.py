@@ -1,6 +1,11 @@
 """The actor-critic losses of the learner: IMPALA's (Espeholt et al., 2018, §4) and, with a
 clip, the clipped surrogate of PPO (Schulman et al., 2017, Eq. 7) on the ratio of the current
-policy to the behaviour policy, as Sample Factory's APPO does.
+policy to the behaviour policy.
+
+With a clip and V-trace, the advantage is r_s + γ_s v_{s+1} − V(x_s), without V-trace's ρ_s:
+the surrogate's ratio π/μ already weighs the sample by how far the policy moved, and ρ_s = min(ρ̄,
+π/μ) would count that move a second time. Sample Factory's APPO does multiply by ρ_s. GAE
+has no correction of its own, so it needs the clip (``check_config`` refuses it without one).
 
 Each term is a sum over the T × B samples (as in torchbeast). The advantages and value targets
 come from V-trace (:func:`agents.learning.vtrace.vtrace`) or GAE (:func:`agents.learning.vtrace.gae`),
