@@ -205,6 +205,15 @@ class AgentNet(nn.Module):
         action = self._sample(torch.where(finite[:, None], logits, 0.0), sample, generator)
         return torch.where(finite, action, -1), logits, state
 
+    @torch.no_grad()
+    def final_values(self, final_obs: Tensor, reward: Tensor, prev_action: Tensor, state: State) -> Tensor:
+        """V(x) [B] of the last observations ``final_obs`` [B,...] of episodes cut by a time limit,
+        as if they went on: the core steps from ``state`` (its state after the previous step, before
+        the reset) with the reward [B] received there and the action [B] that led there. The
+        learner bootstraps a truncated episode's last step from it (Pardo et al. 2018)."""
+        keep = torch.zeros_like(reward, dtype=torch.bool)
+        return self.forward(final_obs[None], reward[None], prev_action[None], keep[None], state)[1][0]
+
     @staticmethod
     def _sample(logits: Tensor, sample: bool, generator: torch.Generator | None) -> Tensor:
         if sample:

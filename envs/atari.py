@@ -83,10 +83,12 @@ class Atari:
 
     ``step`` returns ``(obs [N,4,84,84] uint8, reward [N] float32 (raw score), done [N] bool,
     info)`` with ``info = {"episode_return": float32 [N], "episode_length": int32 [N],
-    "lives": int32 [N]}``. Where ``done[i]`` the game of env i ended at this step (game over,
-    or the frame limit) and env i was reset: ``obs[i]`` is the first observation of the new
-    game, ``reward[i]`` the last reward of the finished one, and the info entries its totals
-    (whole-game score and length in agent steps); elsewhere they are running totals.
+    "lives": int32 [N], "truncated": bool [N]}``. Where ``done[i]`` the game of env i ended at
+    this step (game over, or the frame limit) and env i was reset: ``obs[i]`` is the first
+    observation of the new game, ``reward[i]`` the last reward of the finished one, and the info
+    entries its totals (whole-game score and length in agent steps); elsewhere they are running
+    totals. ``truncated[i]``: the frame limit cut the game (not game over); then
+    ``info["final_obs"][i]`` is its last observation, for the learner's bootstrap.
     Actions are indices into the game's minimal action set, ``0 .. num_actions-1``.
     """
 
@@ -158,8 +160,11 @@ class Atari:
         reward = np.asarray(reward, np.float32)
         done = np.logical_or(terminated, truncated)
         totals = self._totals.step(reward, done)
+        truncated = np.logical_and(truncated, np.logical_not(terminated))
+        cut = {"truncated": truncated, "final_obs": info["final_obs"]} if truncated.any() else {"truncated": truncated}
         self._since_reset = np.where(done, 0, self._since_reset + 1)
-        return self._pad_with_first_frame(obs), reward, done, {**totals, "lives": np.asarray(info["lives"], np.int32)}
+        return self._pad_with_first_frame(obs), reward, done, {**totals, "lives": np.asarray(info["lives"], np.int32),
+                                                               **cut}
 
     def _pad_with_first_frame(self, obs: np.ndarray) -> np.ndarray:
         """``obs`` with the blank frames that ale-py stacks before a game's first frame replaced

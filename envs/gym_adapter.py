@@ -197,11 +197,13 @@ class GymEnv:
     automatic reset.
 
     ``step`` returns ``(obs [N, *observation_shape], reward [N] float32, done [N] bool, info)``
-    with ``info = {"episode_return": float32 [N], "episode_length": int32 [N]}``. Where
-    ``done[i]`` (terminated or truncated) the episode of env i ended at this step and env i
-    was reset (the vector env's same-step autoreset): ``obs[i]`` is the first observation of
-    the new episode, ``reward[i]`` the last reward of the finished one and the info entries
-    its totals; elsewhere they are running totals, as for ``envs.maze.Maze``. Actions are
+    with ``info = {"episode_return": float32 [N], "episode_length": int32 [N], "truncated":
+    bool [N]}``. Where ``done[i]`` (terminated or truncated) the episode of env i ended at this
+    step and env i was reset (the vector env's same-step autoreset): ``obs[i]`` is the first
+    observation of the new episode, ``reward[i]`` the last reward of the finished one and the
+    info entries its totals; elsewhere they are running totals, as for ``envs.maze.Maze``.
+    ``truncated[i]``: a time limit cut the episode (it did not terminate); then
+    ``info["final_obs"][i]`` is its last observation, for the learner's bootstrap. Actions are
     ``0 .. num_actions-1`` (shifted by the space's ``start``). Env i is seeded with
     ``(seed + i) mod 2**31`` at ``reset``.
 
@@ -262,10 +264,18 @@ class GymEnv:
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """Step every env with ``actions`` (int [N], values in 0..num_actions-1); see the class docstring."""
         actions = check_actions(actions, self.num_envs, self.num_actions)
-        obs, reward, terminated, truncated, _ = self._env.step(actions + self._action_start)
+        obs, reward, terminated, truncated, info = self._env.step(actions + self._action_start)
         reward = np.asarray(reward, np.float32)
         done = np.logical_or(terminated, truncated)
-        return np.array(obs, self.observation_dtype), reward, done, self._totals.step(reward, done)
+        obs = np.array(obs, self.observation_dtype)
+        truncated = np.logical_and(truncated, np.logical_not(terminated))
+        cut = {"truncated": truncated}
+        if truncated.any():
+            final_obs = np.zeros_like(obs)
+            for i in np.flatnonzero(truncated):
+                final_obs[i] = info["final_obs"][i]
+            cut["final_obs"] = final_obs
+        return obs, reward, done, {**self._totals.step(reward, done), **cut}
 
     def close(self) -> None:
         self._env.close()

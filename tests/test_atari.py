@@ -250,7 +250,7 @@ def test_reward_clipping_happens_only_in_the_learner():
     T, B = 5, 2
     batch = {"obs": torch.randint(0, 256, (T + 1, B, 4, 84, 84), dtype=torch.uint8),
              "done": torch.zeros(T + 1, B, dtype=torch.bool), "action": torch.randint(0, 6, (T + 1, B)),
-             "logits": torch.randn(T + 1, B, 6)}
+             "logits": torch.randn(T + 1, B, 6), "final_value": torch.zeros(T + 1, B)}
     raw = dict(batch, reward=torch.tensor([[0.0, 0.0], [30.0, -5.0], [1.0, 0.5], [200.0, 0.0], [0.0, -1.0],
                                            [7.0, 0.0]]))
     clipped = dict(batch, reward=raw["reward"].clamp(-1, 1))

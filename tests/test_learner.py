@@ -26,6 +26,7 @@ def fixed_batch(model, seed=0):
         "done": done,
         "action": torch.randint(0, A, (T + 1, N), generator=g),
         "logits": torch.randn(T + 1, N, A, generator=g),
+        "final_value": torch.zeros(T + 1, N),
         **{f"state_{i}": torch.randn(s.shape, generator=g) for i, s in enumerate(state)},
     }
     return batch

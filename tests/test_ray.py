@@ -146,3 +146,21 @@ def test_a_host_that_keeps_dying_or_never_comes_back_stops_the_run(monkeypatch):
     transport, _ = _scripted_transport(monkeypatch, [unavailable] * 10_000)
     with pytest.raises(ActorError, match="ActorUnavailableError"):
         transport.get_batch()
+
+
+def test_ray_hosts_carry_the_values_of_cut_episodes(local_ray):
+    """CartPole cut after 4 steps: every unroll from a Ray host has ``final_value`` non-zero
+    exactly where an episode of 4 steps ended (the cut), and 0 elsewhere."""
+    from agents.config import env_section, to_dict
+    from agents.run_config import rl_schema
+
+    schema = rl_schema("gym", "lstm")
+    cfg = schema(env=env_section("gym")(id="CartPole-v1", max_episode_steps=4))
+    cfg.core.hidden_size, cfg.actor.unroll_length = 8, 9
+    model = build_model(cfg, (4,), 2)
+    transport = RayTransport(to_dict(cfg), model, num_hosts=1, envs_per_host=2, unrolls_per_batch=1, seeds=[0],
+                             ray_cfg=RayConfig())
+    with transport:
+        batch = transport.get_batch()
+    cut = batch["done"] & (batch["episode_length"] == 4)
+    assert cut[1:].sum() >= 2 and torch.equal(batch["final_value"] != 0, cut)

@@ -38,10 +38,23 @@ def create_buffers(num_buffers: int, unroll_length: int, num_envs: int, observat
         "logits": (steps + (num_actions,), torch.float32),
         "episode_return": (steps, torch.float32),
         "episode_length": (steps, torch.int32),
+        "final_value": (steps, torch.float32),
     }
     specs.update({f"state_{i}": ((num_buffers, *s.shape), s.dtype) for i, s in enumerate(state)})
     buffers = {key: torch.zeros(shape, dtype=dtype, device=device) for key, (shape, dtype) in specs.items()}
     return {key: buf.share_memory_() if buf.device.type == "cpu" else buf for key, buf in buffers.items()}
+
+
+def truncation_values(model: nn.Module, info: dict[str, Any], reward: Tensor, action: Tensor, state: State) -> Tensor:
+    """[N]: where ``info["truncated"]`` (an env's episode was cut by a time limit at this step),
+    the value of its last observation ``info["final_obs"]`` (:meth:`AgentNet.final_values`, from
+    ``state``, the core state before the reset); 0 elsewhere, and everywhere if nothing was cut."""
+    truncated = info.get("truncated")
+    if truncated is None or not truncated.any():
+        return torch.zeros(len(reward))
+    final_obs = torch.from_numpy(np.ascontiguousarray(info["final_obs"]))
+    values = model.final_values(final_obs, reward, action, state).float().cpu()
+    return torch.where(torch.from_numpy(truncated), values, 0.0)
 
 
 class EnvRunner:
@@ -60,6 +73,7 @@ class EnvRunner:
             "logits": torch.zeros(n, model.num_actions),
             "episode_return": torch.zeros(n),
             "episode_length": torch.zeros(n, dtype=torch.int32),
+            "final_value": torch.zeros(n),
         }
         self.state = model.initial_state(n)
 
@@ -74,11 +88,13 @@ class EnvRunner:
                 action, logits, self.state = self.model.act(step["obs"], step["reward"], step["action"],
                                                             step["done"], self.state)
                 obs, reward, done, info = self.env.step(action.numpy())
+                reward = torch.from_numpy(reward)
                 self.step = {
-                    "obs": torch.from_numpy(obs), "reward": torch.from_numpy(reward),
+                    "obs": torch.from_numpy(obs), "reward": reward,
                     "done": torch.from_numpy(done), "action": action, "logits": logits,
                     "episode_return": torch.from_numpy(np.asarray(info["episode_return"], np.float32)),
                     "episode_length": torch.from_numpy(np.asarray(info["episode_length"], np.int32)),
+                    "final_value": truncation_values(self.model, info, reward, action, self.state),
                 }
             for key, value in self.step.items():
                 out[key][t] = value

@@ -57,16 +57,22 @@ from agents.errors import ActorError, UserError
 from agents.network import check_actions
 
 WAKE = -1  # put on ``ready`` by the learner when it hands back a batch, so a waiting loop looks again
-STEP_KEYS = ("obs", "reward", "done", "episode_return", "episode_length")  # what a worker writes
+# What a worker writes, and each row of an unroll copies (final_value: 0 from the worker; the server
+# sets it where a time limit cut an episode, from the slots' truncated and final_obs).
+STEP_KEYS = ("obs", "reward", "done", "episode_return", "episode_length", "final_value")
 
 
 def create_slots(num_workers: int, num_envs: int, observation_shape: tuple[int, ...],
                  observation_dtype: torch.dtype) -> dict[str, Tensor]:
-    """Shared-memory slots [num_workers, num_envs, ...]: a worker's last step, and its next actions."""
+    """Shared-memory slots [num_workers, num_envs, ...]: a worker's last step (with, where a time
+    limit cut an episode, ``truncated`` and the episode's last observation ``final_obs``), and
+    its next actions."""
     shape = (num_workers, num_envs)
     slots = {"obs": torch.zeros(shape + tuple(observation_shape), dtype=observation_dtype),
              "reward": torch.zeros(shape), "done": torch.zeros(shape, dtype=torch.bool),
              "episode_return": torch.zeros(shape), "episode_length": torch.zeros(shape, dtype=torch.int32),
+             "final_value": torch.zeros(shape), "truncated": torch.zeros(shape, dtype=torch.bool),
+             "final_obs": torch.zeros(shape + tuple(observation_shape), dtype=observation_dtype),
              "action": torch.zeros(shape, dtype=torch.int64)}
     return {key: slot.share_memory_() for key, slot in slots.items()}
 
@@ -101,10 +107,14 @@ def env_worker_loop(env_name: str, env_options: dict[str, Any], num_envs: int, s
             continue
         unit = index * splits + s
         obs, reward, done, info = groups[s].step(slots["action"][unit].numpy())
+        truncated = np.asarray(info.get("truncated", np.zeros_like(done)), bool)
         step = {"obs": obs, "reward": reward, "done": done,
                 "episode_return": np.asarray(info["episode_return"], np.float32),
-                "episode_length": np.asarray(info["episode_length"], np.int32)}
-        for key in STEP_KEYS:
+                "episode_length": np.asarray(info["episode_length"], np.int32),
+                "final_value": np.zeros_like(reward), "truncated": truncated}
+        if truncated.any():
+            slots["final_obs"][unit] = torch.from_numpy(np.ascontiguousarray(info["final_obs"]))
+        for key in (*STEP_KEYS, "truncated"):
             slots[key][unit] = torch.from_numpy(step[key])
         ready.put(unit)
     for env in groups:
@@ -297,6 +307,9 @@ class InferenceServer(Transport):
     def _serve(self, units: list[int], stalled: list[int]) -> None:
         """Write the units' steps into their unrolls, act for them, and hand out full batches."""
         E, T = self.envs_per_unit, self.unroll_length
+        cut = self.slots["truncated"].any(1).tolist()
+        if any(cut[u] for u in units):
+            self._final_values([u for u in units if cut[u]])
         rows: list[tuple[int, int, int, int]] = []  # (unit, batch, step, group) of each step to write
         starts: list[tuple[int, int, int]] = []  # (unit, batch, group) of each unroll that starts here
         finished: list[int] = []  # batch of each group that is now complete
@@ -362,6 +375,21 @@ class InferenceServer(Transport):
             if self.groups_written[b] == self.groups_per_batch:
                 self.groups_written[b] = 0
                 self.full.put((b, self._event()))
+
+    def _final_values(self, units: list[int]) -> None:
+        """Fill the slots' ``final_value`` where a time limit cut an episode of ``units``: the
+        value of its last observation from the core state before the reset (the table's row,
+        not yet stepped), the reward received there and the action that led there."""
+        envs_ = self.env_rows.view(-1, self.envs_per_unit)[units].flatten()
+        table_rows = envs_.to(self.device, non_blocking=True)
+        inputs = [self.slots[key][units].flatten(0, 1).to(self.device, non_blocking=True)
+                  for key in ("final_obs", "reward")]
+        with self.weights_lock:
+            self._wait(self.published_event)
+            values = self.policy.final_values(*inputs, self.prev_action[envs_].to(self.device, non_blocking=True),
+                                              tuple(s[table_rows] for s in self.state_table))
+        values = values.float().cpu().view(len(units), self.envs_per_unit)
+        self.slots["final_value"][units] = torch.where(self.slots["truncated"][units], values, 0.0)
 
     def _event(self) -> torch.cuda.Event | None:
         """A CUDA event recorded on this thread's current stream (None but with the side stream)."""

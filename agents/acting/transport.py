@@ -11,7 +11,10 @@ A batch holds N unrolls of one env each (IMPALA's trajectories) in the layout of
 monobeast, [T+1, N, ...] per key. At step t: ``obs``; ``reward``, received on arriving at obs_t;
 ``done``, obs_t starts a new episode; ``action``, the action a_{t-1} that led to obs_t (also the
 network's "previous action" input); ``logits``, the behaviour logits that chose a_{t-1};
-``episode_return`` and ``episode_length``, the finished episode's totals where ``done``. Step 0
+``episode_return`` and ``episode_length``, the finished episode's totals where ``done``;
+``final_value``, where a time limit cut the episode at obs_t (``done``, but not terminated),
+the acting policy's value of the episode's last observation, V(x_final), and 0 elsewhere
+(the learner bootstraps from it, Pardo et al. 2018). Step 0
 of an unroll repeats the last step of the previous one, and ``state_<i>`` [N, ...] holds the
 core state before step 0, so the learner can re-run the unroll exactly as it was acted.
 """

@@ -51,11 +51,15 @@ def score_unrolls(logits: Tensor, baseline: Tensor, batch: dict[str, Tensor], cf
                   value_scale: Tensor | None, old_values: Tensor | None = None) -> tuple[dict[str, Tensor], Tensor]:
     """The loss terms and value targets [T, N] of :func:`run_unrolls`'s outputs: the logits and
     baselines at 0..T-1 are scored against the actions a_0..a_{T-1} (stored at 1..T), rewards
-    r_1..r_T and discounts γ·(1 − done_{t+1}); the baseline at step T bootstraps (V(x_T) in Eq. 1)."""
+    r_1..r_T and discounts γ·(1 − done_{t+1}); the baseline at step T bootstraps (V(x_T) in Eq. 1).
+    Where a time limit cut an episode, the step's reward gains γ·V(x_final), the value of the
+    episode's last observation (``final_value``): the cut is not an end, so the target goes on
+    (Pardo et al. 2018); a termination's target stops at its reward."""
     lc = cfg.loss
     rewards = batch["reward"][1:]
     if cfg.network.reward_clip is not None:
         rewards = rewards.clamp(-cfg.network.reward_clip, cfg.network.reward_clip)
+    rewards = rewards + lc.discount * batch["final_value"][1:]
     discounts = (~batch["done"][1:]).float() * lc.discount
     return actor_critic_losses(
         logits[:-1], batch["logits"][1:], batch["action"][1:], rewards, discounts, baseline[:-1], baseline[-1],
