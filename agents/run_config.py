@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
@@ -39,7 +40,7 @@ class RunConfig:
     device: str = "cpu"
     """Where the model trains: cpu, cuda, cuda:N, or auto (cuda when there is one)."""
     run_dir: str = "runs/{core}"
-    """Directory for checkpoints, logs and config.yaml; {env}, {game}, {task} and {core} are filled in."""
+    """Directory for checkpoints, logs and config.yaml; {env}, {id}, {game}, {task} and {core} are filled in."""
     num_threads: NonNegativeInt = 1
     """torch threads of the training process (0: torch's default)."""
     resume: bool = True
@@ -227,24 +228,28 @@ class TrainConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     def resolved_run_dir(self) -> str:
-        return self.run.run_dir.format(env=self.env.name, core=self.core.name, game=getattr(self.env, "game", ""))
+        env_id = re.sub(r"[/:]+", "_", getattr(self.env, "id", ""))  # a gym id, as one directory name
+        return self.run.run_dir.format(env=self.env.name, core=self.core.name, game=getattr(self.env, "game", ""),
+                                       id=env_id)
 
 
 # The network (stem) each env's observations take; atari's is chosen by ``network.stem``.
 NETWORKS: dict[str, type] = {"maze": MLPNetworkConfig, "gym": MLPNetworkConfig}
-# The stems ``network.stem`` chooses from (launch/atari.py), and each env's default one.
+# The stems ``network.stem`` chooses from (images on launch/atari.py; any on launch/train.py),
+# and each env's default one.
 IMAGE_NETWORKS: dict[str, type] = {"resnet": ResNetNetworkConfig, "nature": NatureNetworkConfig}
+STEM_NETWORKS: dict[str, type] = {"mlp": MLPNetworkConfig, **IMAGE_NETWORKS}
 DEFAULT_STEMS: dict[str, str] = {"atari": "resnet"}
 
 
 @functools.cache
 def network_section(stem: str) -> type:
-    """The ``network`` section of image stem ``stem``: its config, plus the field ``stem`` that chose it."""
-    base = IMAGE_NETWORKS[stem]
+    """The ``network`` section of stem ``stem``: its config, plus the field ``stem`` that chose it."""
+    base = STEM_NETWORKS[stem]
     section = dataclasses.make_dataclass(base.__name__, [("stem", Literal[stem], field(default=stem))],
                                          bases=(base,))
-    section.__doc__ = (f"{base.__doc__}\n\nAttributes:\n    stem: The image stem, one of: "
-                       f"{', '.join(IMAGE_NETWORKS)} (--network.stem NAME --help lists its options).")
+    section.__doc__ = (f"{base.__doc__}\n\nAttributes:\n    stem: The stem, {stem} here (--network.stem NAME "
+                       f"--help lists another's options).")
     section.__module__ = base.__module__
     return section
 

@@ -11,33 +11,11 @@ and 200M) for launch/evaluate.py; running the same command again resumes a stopp
 """
 from __future__ import annotations
 
-import os
-import sys
-from typing import Any
+from launch.entry import IMAGE_NETWORKS, RLEntry
 
-from agents.config import Selector, exit_on_error, parse
-from agents.learning.learner import train
-from agents.run_config import IMAGE_NETWORKS, TrainConfig, rl_schema
-from fastnet import CORES
-
-DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "atari.yaml")
-SHORT_FLAGS = {"--game": "env.game", "--core": "core.name", "--total_steps": "run.total_steps",
-               "--num_actors": "actor.num_actors", "--run_dir": "run.run_dir", "--device": "run.device",
-               "--seed": "run.seed"}
-
-
-def load(argv: list[str]) -> TrainConfig:
-    """The resolved config of ``argv`` (ConfigError for bad input)."""
-    return parse(lambda names: rl_schema("atari", names["core"], names["network"]), argv, DEFAULTS,
-                 (Selector("core.name", tuple(CORES), "core"), Selector("network.stem", tuple(IMAGE_NETWORKS), "stem")),
-                 SHORT_FLAGS, prog="launch/atari.py",
-                 description=__doc__.split("\n")[0])
-
-
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    argv = sys.argv[1:] if argv is None else argv
-    return exit_on_error(lambda: train(load(argv)), debug="--debug" in argv or None)
-
+ENTRY = RLEntry(env="atari", defaults="atari.yaml", prog="launch/atari.py", doc=__doc__,
+                stems=tuple(IMAGE_NETWORKS), short_flags={"--game": "env.game"})
+load, main = ENTRY.load, ENTRY.main
 
 if __name__ == "__main__":
     main()

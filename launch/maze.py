@@ -9,31 +9,10 @@ Running the same command again resumes from the run directory's last checkpoint.
 """
 from __future__ import annotations
 
-import os
-import sys
-from typing import Any
+from launch.entry import RLEntry
 
-from agents.config import Selector, exit_on_error, parse
-from agents.learning.learner import train
-from agents.run_config import TrainConfig, rl_schema
-from fastnet import CORES
-
-DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "maze.yaml")
-SHORT_FLAGS = {"--core": "core.name", "--total_steps": "run.total_steps", "--num_actors": "actor.num_actors",
-               "--run_dir": "run.run_dir", "--device": "run.device", "--seed": "run.seed"}
-
-
-def load(argv: list[str]) -> TrainConfig:
-    """The resolved config of ``argv`` (ConfigError for bad input)."""
-    return parse(lambda names: rl_schema("maze", names["core"]), argv, DEFAULTS,
-                 (Selector("core.name", tuple(CORES), "core"),), SHORT_FLAGS, prog="launch/maze.py",
-                 description=__doc__.split("\n")[0])
-
-
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    argv = sys.argv[1:] if argv is None else argv
-    return exit_on_error(lambda: train(load(argv)), debug="--debug" in argv or None)
-
+ENTRY = RLEntry(env="maze", defaults="maze.yaml", prog="launch/maze.py", doc=__doc__)
+load, main = ENTRY.load, ENTRY.main
 
 if __name__ == "__main__":
     main()

@@ -22,18 +22,16 @@ import os
 import sys
 from typing import Any, Literal
 
-from agents.config import Selector, env_section, exit_on_error, parse
+from agents.config import env_section, exit_on_error, parse
 from agents.files import atomic_write_text
 from agents.learning.learner import train
 from agents.learning.logger import CSV_NAME, read_csv
 from agents.network import ResNetNetworkConfig
 from agents.run_config import TrainConfig, rl_schema
 from envs.suites import SUITES, SuiteEnv, mmer
-from fastnet import CORES
+from launch.entry import CORE, SHORT_FLAGS
 
 DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "memory.yaml")
-SHORT_FLAGS = {"--core": "core.name", "--total_steps": "run.total_steps", "--num_actors": "actor.num_actors",
-               "--run_dir": "run.run_dir", "--device": "run.device", "--seed": "run.seed"}
 
 
 @functools.cache
@@ -50,7 +48,7 @@ def load(argv: list[str], env: str | None = None) -> Any:
     """The resolved config of ``argv``, with the presets of the suite env named ``env`` if given
     (``presets.env.<name>`` of memory.yaml: its unroll, batch, discount); ConfigError for bad input."""
     return parse(lambda names: memory_schema(names["core"]), argv, DEFAULTS,
-                 (Selector("core.name", tuple(CORES), "core"),), SHORT_FLAGS, prog="launch/memory.py",
+                 (CORE,), SHORT_FLAGS, prog="launch/memory.py",
                  description=__doc__.split("\n")[0], presets={"env": env} if env else None)
 
 

@@ -6,9 +6,11 @@
     python launch/sweep.py --name small --cores '[lstm]' -- --actor.num_actors 1 --core.hidden_size 32
     python launch/sweep.py --name lr --cores '[lstm]' --variants '{optim.lr: [1e-3, 2e-3], learner.epochs: [1, 2]}'
     python launch/sweep.py --name mem --envs '[popgym/RepeatPreviousEasy, bsuite/memory_len_30]' --cores '[lstm]'
+    python launch/sweep.py --name gym --envs '[gym:CartPole-v1, gym:Acrobot-v1]' --cores '[lstm]'
 
 Each trial is one training run of launch/maze.py (env ``maze``), launch/memory.py's config for
-one env of a memory suite (``<suite>/<env>``, e.g. ``popgym/CountRecallEasy``) or launch/atari.py
+one env of a memory suite (``<suite>/<env>``, e.g. ``popgym/CountRecallEasy``), launch/train.py
+(``gym:<id>``, any Gymnasium id) or launch/atari.py
 (any other env is an Atari game) in its own run directory,
 ``<dir>/runs/<env>-<core>[-<variant>]-s<seed>``; the flags after ``--`` (or ``train_flags``) go to
 every trial, and each combination of the ``variants`` values adds its own flags. Trials report
@@ -30,6 +32,7 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import signal
 import statistics
 import sys
@@ -77,7 +80,7 @@ class SweepConfig:
     dir: str = "runs/sweeps/{name}"
     """The sweep directory: Tune's state, the trials' run directories, the results tables and plots."""
     envs: list[str] = field(default_factory=lambda: ["maze"])
-    """Envs of the grid: maze, <suite>/<env> of a memory suite (popgym/CountRecallEasy), or Atari games (Pong, ...)."""
+    """Envs of the grid: maze, <suite>/<env> of a memory suite, gym:<id> (any Gymnasium id), or Atari games (Pong)."""
     cores: list[CoreName] = field(default_factory=lambda: ["lstm", "delta"])
     """Memory cores of the grid (the --core names)."""
     seeds: list[NonNegativeInt] = field(default_factory=lambda: [0, 1, 2])
@@ -120,9 +123,9 @@ class Trial:
     @property
     def name(self) -> str:
         """The trial's name, also its run directory's: ``maze-lstm-s0``, ``maze-lstm-optim.lr=1e-3-s0``;
-        a suite env's "/" becomes "_"."""
+        a suite env's "/" and a gym id's ":" and "/" become "_"."""
         variant = f"-{self.variant_name}" if self.variant else ""
-        return f"{self.env.replace('/', '_')}-{self.core}{variant}-s{self.seed}"
+        return f"{re.sub(r'[/:]+', '_', self.env)}-{self.core}{variant}-s{self.seed}"
 
     @property
     def flags(self) -> list[str]:
@@ -145,9 +148,9 @@ def load(argv: list[str]) -> SweepConfig:
 
 
 def env_name(env: str) -> str:
-    """``maze``, a memory suite's ``<suite>/<env>``, or the Gymnasium name of an Atari game
-    (``ms_pacman`` -> ``MsPacman``)."""
-    if env == "maze":
+    """``maze``, a memory suite's ``<suite>/<env>``, ``gym:<id>`` (any Gymnasium id, trained by
+    launch/train.py), or the Gymnasium name of an Atari game (``ms_pacman`` -> ``MsPacman``)."""
+    if env == "maze" or is_gym(env):
         return env
     if "/" in env:
         suite_env(env)
@@ -157,7 +160,12 @@ def env_name(env: str) -> str:
     try:
         return canonical_name(env)
     except ValueError as e:
-        raise ConfigError(f"--envs: {env!r} is neither maze nor an Atari game ({e})") from None
+        raise ConfigError(f"--envs: {env!r} is neither maze, gym:<id> nor an Atari game ({e})") from None
+
+
+def is_gym(env: str) -> bool:
+    """Whether a sweep env is ``gym:<id>``, a run of launch/train.py."""
+    return env.startswith("gym:")
 
 
 def suite_env(env: str) -> tuple[str, SuiteEnv]:
@@ -187,13 +195,15 @@ def grid(cfg: SweepConfig) -> list[Trial]:
 
 def trial_config(trial: Trial, total_steps: int | None, train_flags: list[str], run_dir: str) -> TrainConfig:
     """The training config of one trial, from its launcher's defaults and flags (ConfigError for bad flags)."""
-    from launch import atari, maze, memory
+    from launch import atari, maze, memory, train
 
     argv = [*train_flags, *trial.flags, "--core", trial.core, "--seed", str(trial.seed), "--run_dir", run_dir]
     if total_steps is not None:
         argv += ["--total_steps", str(total_steps)]
     if trial.env == "maze":
         return maze.load(argv)
+    if is_gym(trial.env):
+        return train.load([*argv, "--env.id", trial.env.removeprefix("gym:")])
     if "/" in trial.env:
         suite, entry = suite_env(trial.env)
         return memory.env_config(memory.load(argv, entry.name), suite, entry)
@@ -205,7 +215,7 @@ def trial_score(trial: Trial, run_dir: str) -> tuple[str, float]:
     from launch import memory
 
     rows = read_csv(os.path.join(run_dir, CSV_NAME))
-    if "/" in trial.env:
+    if "/" in trial.env and not is_gym(trial.env):
         return memory.score(*suite_env(trial.env), rows)
     return "mean return", rows[-1]["mean_return"] if rows else math.nan
 
@@ -451,7 +461,7 @@ def results_markdown(results: list[dict[str, Any]], name: str) -> str:
              f"Mean ± std (sample) over seeds {', '.join(map(str, seeds))} of each run's final score (its mean "
              "return over the last log.return_window episodes; POPGym: the MMER) and of its SPS.", ""]
     cores = list(dict.fromkeys(r["core"] for r in results))
-    small = [r for r in results if r["env"] == "maze" or "/" in r["env"]]
+    small = [r for r in results if r["env"] == "maze" or "/" in r["env"] or is_gym(r["env"])]
     if small:
         steps = sorted({r["total_steps"] for r in small})
         metrics = sorted({r.get("metric", "mean return") for r in small})
@@ -460,7 +470,7 @@ def results_markdown(results: list[dict[str, Any]], name: str) -> str:
         for key, what in (("score", f"Score ({', '.join(metrics)})"), ("sps", "SPS")):
             lines += [*markdown_table(what, rows, {c: c for c in cores},
                                       lambda row, core, key=key: mean_std(values(row, core, key))), ""]
-    atari = [r for r in results if r["env"] != "maze" and "/" not in r["env"]]
+    atari = [r for r in results if r["env"] != "maze" and "/" not in r["env"] and not is_gym(r["env"])]
     if atari:
         label_of = {game: label for label, game in TABLE_ROWS.items()}
         games = [g for g in TABLE_ROWS.values() if any(row_of(r) == g for r in atari)]

@@ -1,0 +1,51 @@
+"""The one IMPALA entry point: launch/maze.py, atari.py and train.py are configurations of it
+(an env, a defaults file, the selectable sections); launch/memory.py loads its flags the same way."""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents.config import Selector, exit_on_error, parse
+from agents.learning.learner import train
+from agents.run_config import IMAGE_NETWORKS, STEM_NETWORKS, TrainConfig, rl_schema
+from fastnet import CORES
+
+CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+SHORT_FLAGS = {"--core": "core.name", "--total_steps": "run.total_steps", "--num_actors": "actor.num_actors",
+               "--run_dir": "run.run_dir", "--device": "run.device", "--seed": "run.seed"}
+CORE = Selector("core.name", tuple(CORES), "core")
+
+
+@dataclass(frozen=True)
+class RLEntry:
+    """A training launcher: its env, defaults file and program name."""
+
+    env: str
+    """The env of ``envs.make`` (maze, atari, gym)."""
+    defaults: str
+    """Its defaults file in launch/configs."""
+    prog: str
+    """The program name for --help."""
+    doc: str
+    """The launcher's module docstring (its first line describes it in --help)."""
+    stems: tuple[str, ...] = ()
+    """The stems ``network.stem`` selects (none: the env's own network)."""
+    short_flags: dict[str, str] = field(default_factory=dict)
+    """Short flags beyond :data:`SHORT_FLAGS` (``--game``)."""
+
+    def load(self, argv: list[str]) -> TrainConfig:
+        """The resolved config of ``argv`` (ConfigError for bad input)."""
+        selectors = (CORE, Selector("network.stem", self.stems, "stem")) if self.stems else (CORE,)
+        return parse(lambda names: rl_schema(self.env, names["core"], names.get("network")), argv,
+                     os.path.join(CONFIGS, self.defaults), selectors, {**SHORT_FLAGS, **self.short_flags},
+                     prog=self.prog, description=self.doc.split("\n")[0])
+
+    def main(self, argv: list[str] | None = None) -> dict[str, Any]:
+        """Train with the config of ``argv`` (the command line's by default); bad input exits 2 in one line."""
+        argv = sys.argv[1:] if argv is None else argv
+        return exit_on_error(lambda: train(self.load(argv)), debug="--debug" in argv or None)
+
+
+__all__ = ["IMAGE_NETWORKS", "STEM_NETWORKS", "RLEntry", "SHORT_FLAGS"]
