@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Optional
 
 import torch
-import torch.nn.functional as F
 from jsonargparse.typing import PositiveFloat
 from torch import Tensor, nn
 
+from agents.actions import ActionSpace
 from agents.errors import NonFinitePolicyError
 from agents.nature_cnn import NatureStem
 from agents.popart import SIGMA_RANGE, PopArt
@@ -122,21 +122,24 @@ class AgentNet(nn.Module):
     """stem -> core (``fastnet.make_core``) -> policy logits and baseline: each head a Linear + tanh
     layer per ``head_sizes`` (none by default), then a linear output (the baseline's a
     :class:`agents.popart.PopArt` head, with σ at least ``popart_min_sigma``, when ``popart_step``
-    is given)."""
+    is given). ``action_sizes`` is a Discrete space's n, or a MultiDiscrete space's sizes, whose
+    components the policy draws independently (:class:`agents.actions.ActionSpace`)."""
 
-    def __init__(self, observation_shape: tuple[int, ...], num_actions: int, core: str,
+    def __init__(self, observation_shape: tuple[int, ...], action_sizes: int | Sequence[int], core: str,
                  core_options: dict[str, Any], stem: str = "mlp", stem_options: dict[str, Any] | None = None,
                  reward_clip: float | None = None, prev_action: bool = True, popart_step: float | None = None,
                  popart_min_sigma: float = SIGMA_RANGE[0], head_sizes: Sequence[int] = ()):
         super().__init__()
-        self.num_actions, self.reward_clip, self.prev_action = num_actions, reward_clip, prev_action
+        self.action_space = ActionSpace((action_sizes,) if isinstance(action_sizes, int) else tuple(action_sizes))
+        self.num_actions, self.num_logits = self.action_space.num_actions, self.action_space.num_logits
+        self.reward_clip, self.prev_action = reward_clip, prev_action
         self.stem = make_stem(stem, observation_shape, **(stem_options or {}))
-        core_input = self.stem.output_size + 1 + (num_actions if prev_action else 0)
+        core_input = self.stem.output_size + 1 + (self.num_logits if prev_action else 0)
         self.core = make_core(core, core_input, **core_options)
         self.policy_torso = mlp(self.core.output_size, head_sizes, "tanh")
         self.baseline_torso = mlp(self.core.output_size, head_sizes, "tanh")
         width = head_sizes[-1] if head_sizes else self.core.output_size
-        self.policy = nn.Linear(width, num_actions)
+        self.policy = nn.Linear(width, self.num_logits)
         self.baseline = nn.Linear(width, 1) if popart_step is None else PopArt(width, popart_step, popart_min_sigma)
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
@@ -165,7 +168,7 @@ class AgentNet(nn.Module):
             reward = reward.clamp(-self.reward_clip, self.reward_clip)
         inputs = [self.stem(obs.flatten(0, 1)).view(T, B, -1), reward * keep]
         if self.prev_action:
-            inputs.append(F.one_hot(prev_action.long(), self.num_actions).float() * keep)
+            inputs.append(self.action_space.one_hot(prev_action.long()) * keep)
         x = torch.cat(inputs, dim=-1)
         if truncate_per_step:
             ys, aux_steps = [], []
@@ -214,11 +217,8 @@ class AgentNet(nn.Module):
         keep = torch.zeros_like(reward, dtype=torch.bool)
         return self.forward(final_obs[None], reward[None], prev_action[None], keep[None], state)[1][0]
 
-    @staticmethod
-    def _sample(logits: Tensor, sample: bool, generator: torch.Generator | None) -> Tensor:
-        if sample:
-            return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
-        return logits.argmax(-1)
+    def _sample(self, logits: Tensor, sample: bool, generator: torch.Generator | None) -> Tensor:
+        return self.action_space.sample(logits, generator) if sample else self.action_space.mode(logits)
 
 
 NONFINITE_LOGITS = ("the policy's logits are NaN or inf (its weights or its memory diverged); stopped; start a new run "

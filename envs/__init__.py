@@ -39,6 +39,12 @@ def env_class(name: str) -> type:
     return getattr(importlib.import_module(module), cls_name)
 
 
+def action_sizes(env: Any) -> tuple[int, ...]:
+    """The sizes of an env's action components: ``env.action_sizes`` for a MultiDiscrete space
+    (the gym adapter's), else ``(env.num_actions,)``."""
+    return tuple(getattr(env, "action_sizes", (env.num_actions,)))
+
+
 def make(name: str, num_envs: int, seed: int = 0, **cfg: Any) -> Any:
     """The batched env ``name`` with ``num_envs`` copies; ``cfg`` are its keyword options
     (their types and ranges are checked by the config parser and by the env itself).

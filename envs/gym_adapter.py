@@ -187,8 +187,13 @@ def make_single(id: str, observation: Literal["auto", "flat"] = "auto", max_epis
         env = gymnasium.make(id, max_episode_steps=max_episode_steps or None)
     for name in wrappers:
         env = wrapper_class(name)(env)
-    if not isinstance(env.action_space, spaces.Discrete):
-        raise ValueError(f"env {id!r} has action space {env.action_space}; the agents need a Discrete one")
+    if isinstance(env.action_space, spaces.Box):
+        raise ValueError(f"env {id!r} has continuous actions ({env.action_space}); the agents' policies are "
+                         "categorical: Discrete or MultiDiscrete action spaces only")
+    if not isinstance(env.action_space, (spaces.Discrete, spaces.MultiDiscrete)) or (
+            isinstance(env.action_space, spaces.MultiDiscrete) and env.action_space.nvec.ndim != 1):
+        raise ValueError(f"env {id!r} has action space {env.action_space}; the agents need a Discrete or a "
+                         "one-dimensional MultiDiscrete one")
     return ObservationAdapter(env, observation)
 
 
@@ -204,7 +209,9 @@ class GymEnv:
     info entries its totals; elsewhere they are running totals, as for ``envs.maze.Maze``.
     ``truncated[i]``: a time limit cut the episode (it did not terminate); then
     ``info["final_obs"][i]`` is its last observation, for the learner's bootstrap. Actions are
-    ``0 .. num_actions-1`` (shifted by the space's ``start``). Env i is seeded with
+    ``0 .. num_actions-1`` (shifted by the space's ``start``); a MultiDiscrete space's action is
+    the mixed-radix index of its components (sizes ``action_sizes``; :mod:`agents.actions`).
+    Env i is seeded with
     ``(seed + i) mod 2**31`` at ``reset``.
 
     Options:
@@ -246,8 +253,12 @@ class GymEnv:
         self.stem = "resnet" if self.kind == "image" else "mlp"
         self.observation_shape: tuple[int, ...] = tuple(probe.observation_space.shape)
         self.observation_dtype = np.dtype(probe.observation_space.dtype)
-        self.num_actions = int(probe.action_space.n)
-        self._action_start = int(probe.action_space.start)
+        space = probe.action_space
+        multi = isinstance(space, spaces.MultiDiscrete)
+        self.action_sizes: tuple[int, ...] = tuple(int(n) for n in space.nvec) if multi else (int(space.n),)
+        self.num_actions = int(np.prod(self.action_sizes))  # a MultiDiscrete action: the index of its components
+        self._action_start = np.asarray(space.start, np.int64)
+        self._multi = multi
         probe.close()
         fns = [functools.partial(make_single, id, observation, max_episode_steps, wrappers)] * self.num_envs
         vector = SyncVectorEnv if vectorization == "sync" else AsyncVectorEnv
@@ -264,6 +275,8 @@ class GymEnv:
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """Step every env with ``actions`` (int [N], values in 0..num_actions-1); see the class docstring."""
         actions = check_actions(actions, self.num_envs, self.num_actions)
+        if self._multi:  # agents.actions: the integer encodes the components in mixed radix
+            actions = np.stack(np.unravel_index(actions, self.action_sizes), axis=-1)
         obs, reward, terminated, truncated, info = self._env.step(actions + self._action_start)
         reward = np.asarray(reward, np.float32)
         done = np.logical_or(terminated, truncated)

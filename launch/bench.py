@@ -368,7 +368,7 @@ def bench_inference(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     env_options = options(cfg.env)
     probe = envs.make(cfg.env.name, num_envs=1, **env_options)
-    obs_shape, num_actions = tuple(probe.observation_shape), probe.num_actions
+    obs_shape, num_actions = tuple(probe.observation_shape), probe.num_actions  # the maze's and Atari's: Discrete
     obs_dtype = torch.from_numpy(probe.reset()).dtype
     probe.close()
     model = build_model(cfg, obs_shape, num_actions).to(device)
@@ -494,7 +494,7 @@ def bench_training(args: argparse.Namespace) -> None:
         obs = torch.from_numpy(probe.reset())
         env_ms = 1000.0 / _raw_rate(cfg.env.name, one_thread, 1, a.envs_per_actor, args.seconds)  # on one core
         learn_threads = cfg.run.num_threads or torch.get_num_threads()
-        model = build_model(cfg, tuple(probe.observation_shape), probe.num_actions)
+        model = build_model(cfg, tuple(probe.observation_shape), envs.action_sizes(probe))
         E, T, N = a.envs_per_actor, a.unroll_length, cfg.learner.batch_size
         torch.set_num_threads(1)
         state, zeros = model.initial_state(E), torch.zeros(E)
@@ -502,9 +502,9 @@ def bench_training(args: argparse.Namespace) -> None:
         act_ms = _median_ms(act, args.reps * 10) / E
         torch.set_num_threads(learn_threads)
         big = obs[torch.randint(0, E, (T + 1, N))]
-        A = probe.num_actions
         batch = {"obs": big, "reward": torch.randn(T + 1, N).sign(), "done": torch.rand(T + 1, N) < 0.01,
-                 "action": torch.randint(0, A, (T + 1, N)), "logits": torch.randn(T + 1, N, A),
+                 "action": torch.randint(0, model.num_actions, (T + 1, N)), "final_value": torch.zeros(T + 1, N),
+                 "logits": torch.randn(T + 1, N, model.num_logits),
                  **{f"state_{i}": s.expand(N, *s.shape[1:]).clone() for i, s in enumerate(model.initial_state(1))}}
         trainer = Trainer(model, cfg.optim, 1e9, f"{tmp}/parts", cfg, 1)
         generator = torch.Generator().manual_seed(0)

@@ -177,7 +177,7 @@ def load_agent(path: str) -> tuple[Any, Any, dict[str, Any]]:
     payload = read_checkpoint(path)
     cfg = config_from_dict(payload["config"], path)
     probe = envs.make(cfg.env.name, num_envs=1, seed=0, **options(cfg.env))
-    model = build_model(cfg, tuple(probe.observation_shape), probe.num_actions)
+    model = build_model(cfg, tuple(probe.observation_shape), envs.action_sizes(probe))
     probe.close()
     model.load_state_dict(payload["model"])
     return model.eval(), cfg, payload["counters"]

@@ -164,3 +164,20 @@ def test_ray_hosts_carry_the_values_of_cut_episodes(local_ray):
         batch = transport.get_batch()
     cut = batch["done"] & (batch["episode_length"] == 4)
     assert cut[1:].sum() >= 2 and torch.equal(batch["final_value"] != 0, cut)
+
+
+def test_ray_hosts_act_in_a_multidiscrete_space(local_ray):
+    """MineSweeper's [4, 4] actions: the hosts' unrolls hold one integer per step (< 16) and both
+    components' logits side by side (4 + 4)."""
+    pytest.importorskip("popgym")
+    from agents.config import env_section, to_dict
+    from agents.run_config import rl_schema
+
+    cfg = rl_schema("gym", "lstm")(env=env_section("gym")(id="popgym:popgym-MineSweeperEasy-v0"))
+    cfg.core.hidden_size = 8
+    model = build_model(cfg, (3,), (4, 4))
+    transport = RayTransport(to_dict(cfg), model, num_hosts=1, envs_per_host=2, unrolls_per_batch=1, seeds=[0],
+                             ray_cfg=RayConfig())
+    with transport:
+        batch = transport.get_batch()
+    assert batch["logits"].shape[-1] == 8 and 0 <= batch["action"].min() and batch["action"].max() < 16

@@ -25,7 +25,7 @@ from fastnet.state import State
 
 
 def create_buffers(num_buffers: int, unroll_length: int, num_envs: int, observation_shape: tuple[int, ...],
-                   observation_dtype: torch.dtype, num_actions: int, state: State,
+                   observation_dtype: torch.dtype, num_logits: int, state: State,
                    device: torch.device | str = "cpu") -> dict[str, Tensor]:
     """Rollout buffers [num_buffers, T+1, num_envs, ...] in the layout of :mod:`agents.acting.transport`,
     plus ``state_i`` [num_buffers, *state[i].shape]; in shared memory if on the CPU."""
@@ -35,7 +35,7 @@ def create_buffers(num_buffers: int, unroll_length: int, num_envs: int, observat
         "reward": (steps, torch.float32),
         "done": (steps, torch.bool),
         "action": (steps, torch.int64),
-        "logits": (steps + (num_actions,), torch.float32),
+        "logits": (steps + (num_logits,), torch.float32),
         "episode_return": (steps, torch.float32),
         "episode_length": (steps, torch.int32),
         "final_value": (steps, torch.float32),
@@ -70,7 +70,7 @@ class EnvRunner:
             "reward": torch.zeros(n),
             "done": torch.ones(n, dtype=torch.bool),
             "action": torch.zeros(n, dtype=torch.int64),
-            "logits": torch.zeros(n, model.num_actions),
+            "logits": torch.zeros(n, model.num_logits),
             "episode_return": torch.zeros(n),
             "episode_length": torch.zeros(n, dtype=torch.int32),
             "final_value": torch.zeros(n),
@@ -141,7 +141,7 @@ class ActorPool(Transport):
                              f"({unrolls_per_batch})")
         self.model = model
         self.buffers = create_buffers(num_buffers, unroll_length, envs_per_actor, observation_shape,
-                                      observation_dtype, model.num_actions, model.initial_state(envs_per_actor))
+                                      observation_dtype, model.num_logits, model.initial_state(envs_per_actor))
         self.free_queue, self.full_queue = IndexQueue(), IndexQueue()
         for i in range(num_buffers):
             self.free_queue.put(i)

@@ -129,7 +129,7 @@ class InferenceServer(Transport):
                  observation_dtype: torch.dtype, seeds: list[int], device: torch.device, max_batch_envs: int = 0,
                  max_wait_ms: float = 2.0, start_method: str = "fork", sample: bool = True, seed: int = 0,
                  worker_splits: int = 1, side_stream: bool = False):
-        """``policy`` is the learner's model (anything with ``num_actions``, ``initial_state`` and
+        """``policy`` is the learner's model (anything with ``num_logits``, ``initial_state`` and
         ``act`` as :class:`agents.network.AgentNet`), on ``device``: the server acts with a copy
         of it that :meth:`publish_weights` updates. ``worker_splits`` divides each worker's envs
         into that many units that take turns; ``batch_size`` must be a multiple of the envs per
@@ -160,7 +160,7 @@ class InferenceServer(Transport):
         self.batches = [{**{key: buf[0].to(device) if key.startswith("state_") else buf[0]
                             for key, buf in create_buffers(
                                 1, unroll_length, batch_size, observation_shape, observation_dtype,
-                                policy.num_actions, policy.initial_state(batch_size, device)).items()},
+                                policy.num_logits, policy.initial_state(batch_size, device)).items()},
                          "env_slot": torch.zeros(batch_size, dtype=torch.int64)} for _ in range(num_batches)]
         self.slots = create_slots(self.num_units, self.envs_per_unit, observation_shape, observation_dtype)
         num_envs = num_workers * envs_per_worker
@@ -169,7 +169,7 @@ class InferenceServer(Transport):
         self.env_rows = torch.arange(num_envs)
         self.state_table = tuple(policy.initial_state(num_envs, device))
         self.prev_action = torch.zeros(num_envs, dtype=torch.int64)  # on the host, as the rows they go to
-        self.prev_logits = torch.zeros((num_envs, policy.num_actions))
+        self.prev_logits = torch.zeros((num_envs, policy.num_logits))
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
         self.ready, self.acted = IndexQueue(), [IndexQueue() for _ in range(num_workers)]

@@ -110,10 +110,11 @@ class ActorHost:
         torch.manual_seed(seed)
         cfg = config_from_dict(config, "the learner's config")
         env = envs.make(cfg.env.name, num_envs=num_envs, seed=seed, **options(cfg.env))
-        self.model = build_model(cfg, tuple(env.observation_shape), env.num_actions).eval()
+        self.model = build_model(cfg, tuple(env.observation_shape), envs.action_sizes(env)).eval()
         self.runner = EnvRunner(env, self.model)
         buffers = create_buffers(1, cfg.actor.unroll_length, num_envs, tuple(env.observation_shape),
-                                 self.runner.step["obs"].dtype, env.num_actions, self.model.initial_state(num_envs))
+                                 self.runner.step["obs"].dtype, self.model.num_logits,
+                                 self.model.initial_state(num_envs))
         self.out = {key: buf[0] for key, buf in buffers.items()}
         self.version = -1
         self.unrolls_done = 0

@@ -25,6 +25,7 @@ from agents.acting.actor import ActorPool
 from agents.acting.inference import InferenceServer
 from agents.acting.ray_backend import RayTransport, ray_connection
 from agents.acting.transport import Transport
+from agents.actions import ActionSpace
 from agents.config import options, to_dict
 from agents.errors import ActorError, ConfigError
 from agents.learning.logger import Logger, RecentMean
@@ -48,7 +49,8 @@ def run_unrolls(model: AgentNet, batch: dict[str, Tensor],
 
 
 def score_unrolls(logits: Tensor, baseline: Tensor, batch: dict[str, Tensor], cfg: TrainConfig,
-                  value_scale: Tensor | None, old_values: Tensor | None = None) -> tuple[dict[str, Tensor], Tensor]:
+                  value_scale: Tensor | None, old_values: Tensor | None = None,
+                  action_space: ActionSpace | None = None) -> tuple[dict[str, Tensor], Tensor]:
     """The loss terms and value targets [T, N] of :func:`run_unrolls`'s outputs: the logits and
     baselines at 0..T-1 are scored against the actions a_0..a_{T-1} (stored at 1..T), rewards
     r_1..r_T and discounts γ·(1 − done_{t+1}); the baseline at step T bootstraps (V(x_T) in Eq. 1).
@@ -65,7 +67,7 @@ def score_unrolls(logits: Tensor, baseline: Tensor, batch: dict[str, Tensor], cf
         logits[:-1], batch["logits"][1:], batch["action"][1:], rewards, discounts, baseline[:-1], baseline[-1],
         rho_bar=lc.rho_bar, c_bar=lc.c_bar, clip=lc.clip, estimator=lc.advantages, gae_lambda=lc.gae_lambda,
         normalize_advantages=lc.normalize_advantages, value_scale=value_scale, old_values=old_values,
-        value_clip=lc.value_clip)
+        value_clip=lc.value_clip, action_space=action_space)
 
 
 def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig,
@@ -79,7 +81,8 @@ def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig,
     """
     logits, baseline, aux = run_unrolls(model, batch, cfg)
     popart = model.baseline if isinstance(model.baseline, PopArt) else None
-    losses, _ = score_unrolls(logits, baseline, batch, cfg, popart.sigma if popart is not None else None, old_values)
+    losses, _ = score_unrolls(logits, baseline, batch, cfg, popart.sigma if popart is not None else None, old_values,
+                              model.action_space)
     num_samples = baseline[:-1].numel()  # the loss terms are sums over T x N; aux losses are means
     loss = total_loss(losses, cfg.loss.baseline_cost, cfg.loss.entropy_cost,
                       {k: num_samples * v for k, v in aux.items()}, cfg.loss.aux_loss_weights)
@@ -125,7 +128,8 @@ def learn_from_batch(trainer: Trainer, model: AgentNet, batch: dict[str, Tensor]
             if cfg.loss.value_clip is not None:
                 old_values = baseline[:-1]
             if popart is not None:  # van Hasselt et al. 2016, Alg. 1: statistics first, then the gradient steps
-                popart.update(score_unrolls(logits, baseline, batch, cfg, popart.sigma)[1])
+                popart.update(score_unrolls(logits, baseline, batch, cfg, popart.sigma,
+                                            action_space=model.action_space)[1])
     rows = []
     for _ in range(lc.epochs):
         parts = [None] if lc.minibatches == 1 else minibatch_columns(num_trajectories, lc.minibatches, generator)
@@ -153,7 +157,7 @@ def make_transport(cfg: TrainConfig, model: AgentNet, device: torch.device, obse
                                cfg.learner.batch_size, observation_shape, observation_dtype, seeds, device,
                                ac.server_max_batch, ac.server_max_wait_ms, ac.start_method, seed=seed,
                                worker_splits=ac.worker_splits, side_stream=ac.server_side_stream)
-    actor_model = build_model(cfg, observation_shape, model.num_actions)
+    actor_model = build_model(cfg, observation_shape, model.action_space.sizes)
     actor_model.load_state_dict(model.state_dict())
     actor_model.share_memory()
     return ActorPool(actor_model, cfg.env.name, env_options, ac.num_actors, ac.envs_per_actor, ac.unroll_length,
@@ -215,11 +219,11 @@ def _train(cfg: TrainConfig, on_update: Callable[[int, dict[str, float]], None] 
         probe = envs.make(cfg.env.name, num_envs=1, seed=cfg.run.seed, **env_options)
     except ValueError as e:
         raise ConfigError(f"env: {e}") from None
-    obs_shape, num_actions = tuple(probe.observation_shape), probe.num_actions
+    obs_shape, action_sizes = tuple(probe.observation_shape), envs.action_sizes(probe)
     obs_dtype = torch.from_numpy(probe.reset()).dtype
     probe.close()
 
-    model = build_model(cfg, obs_shape, num_actions).to(device)
+    model = build_model(cfg, obs_shape, action_sizes).to(device)
     steps_per_update = cfg.learner.batch_size * cfg.actor.unroll_length
     run_dir = cfg.resolved_run_dir()
     optimiser_steps = cfg.run.total_steps / steps_per_update * cfg.learner.epochs * cfg.learner.minibatches

@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import Literal, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from agents.learning.vtrace import action_log_probs, gae, vtrace
+from agents.actions import ActionSpace
+from agents.learning.vtrace import gae, vtrace
 
 
 def actor_critic_losses(target_logits: Tensor, behaviour_logits: Tensor, actions: Tensor, rewards: Tensor,
@@ -27,8 +27,8 @@ def actor_critic_losses(target_logits: Tensor, behaviour_logits: Tensor, actions
                         c_bar: float = 1.0, clip: Optional[float] = None,
                         estimator: Literal["vtrace", "gae"] = "vtrace", gae_lambda: float = 0.95,
                         normalize_advantages: bool = False, value_scale: Optional[Tensor] = None,
-                        old_values: Optional[Tensor] = None, value_clip: Optional[float] = None
-                        ) -> tuple[dict[str, Tensor], Tensor]:
+                        old_values: Optional[Tensor] = None, value_clip: Optional[float] = None,
+                        action_space: Optional[ActionSpace] = None) -> tuple[dict[str, Tensor], Tensor]:
     """(terms, value targets): the policy, value and entropy terms, each summed over the T × B
     batch (and, with a clip, the diagnostic ``clip_fraction``), and the value targets [T, B].
 
@@ -42,13 +42,18 @@ def actor_critic_losses(target_logits: Tensor, behaviour_logits: Tensor, actions
       −c, c))²) (PPO's value clipping).
     * ``entropy``: −Σ_s Σ_a π(a|x_s) log π(a|x_s).
 
+    ``action_space`` (:mod:`agents.actions`) factorises the logits and actions of a MultiDiscrete
+    space: log π and the entropy are sums over its components (default: one categorical over
+    the logits).
+
     ``value_scale`` σ (PopArt, Hessel et al. 2019, §2) divides the value errors, the value clip
     and the advantages: the value is regressed in normalised units and the policy sees
     advantages of unit scale. ``normalize_advantages`` standardises A over the batch. With the
     defaults this is exactly IMPALA's loss.
     """
-    target_log_probs = action_log_probs(target_logits, actions)
-    log_rhos = target_log_probs - action_log_probs(behaviour_logits, actions)
+    space = action_space or ActionSpace((target_logits.shape[-1],))
+    target_log_probs = space.log_prob(target_logits, actions)
+    log_rhos = target_log_probs - space.log_prob(behaviour_logits, actions)
     if estimator == "vtrace":
         returns = vtrace(log_rhos.detach(), discounts, rewards, values.detach(), bootstrap_value.detach(),
                          rho_bar=rho_bar, c_bar=c_bar)
@@ -80,8 +85,7 @@ def actor_critic_losses(target_logits: Tensor, behaviour_logits: Tensor, actions
         terms["baseline_loss"] = 0.5 * torch.maximum(errors ** 2, clipped_errors ** 2).sum()
     else:
         terms["baseline_loss"] = 0.5 * (errors ** 2).sum()
-    log_policy = F.log_softmax(target_logits, dim=-1)
-    terms["entropy"] = -(log_policy.exp() * log_policy).sum()
+    terms["entropy"] = space.entropy_sum(target_logits)
     return terms, targets
 
 

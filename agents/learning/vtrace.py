@@ -45,11 +45,6 @@ def vtrace(log_rhos: Tensor, discounts: Tensor, rewards: Tensor, values: Tensor,
     return VTraceReturns(vs=vs, pg_advantages=pg_rhos * (rewards + discounts * vs_next - values))
 
 
-def action_log_probs(logits: Tensor, actions: Tensor) -> Tensor:
-    """log π(a_t | x_t) for logits [T, B, A] and integer actions [T, B]."""
-    return torch.log_softmax(logits, dim=-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-
-
 @torch.no_grad()
 def gae(discounts: Tensor, rewards: Tensor, values: Tensor, bootstrap_value: Tensor, lam: float
         ) -> tuple[Tensor, Tensor]:
