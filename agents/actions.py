@@ -64,12 +64,16 @@ class ActionSpace:
 
     def sample(self, logits: Tensor, generator: torch.Generator | None = None) -> Tensor:
         """Integer actions [B] drawn from logits [B, num_logits], each component on its own."""
+        if len(self.sizes) == 1:  # the actors' hot path: no components to combine
+            return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
         parts = [torch.multinomial(torch.softmax(chunk, dim=-1), 1, generator=generator).squeeze(-1)
                  for chunk in logits.split(self.sizes, dim=-1)]
         return self.index(torch.stack(parts, dim=-1))
 
     def mode(self, logits: Tensor) -> Tensor:
         """The most likely action [...]: each component's argmax."""
+        if len(self.sizes) == 1:
+            return logits.argmax(-1)
         return self.index(torch.stack([chunk.argmax(-1) for chunk in logits.split(self.sizes, dim=-1)], dim=-1))
 
     def one_hot(self, actions: Tensor) -> Tensor:

@@ -241,14 +241,22 @@ def test_popart_statistics_move_before_the_batchs_gradient_steps():
     targets = vtrace(log_rhos.squeeze(-1), discounts, rewards, baseline[:-1], baseline[-1]).vs
     want = PopArt(model.baseline.in_features, step=cfg.loss.popart_step).double()
     want.update(targets.double())
-    seen = []
+    seen = []  # the statistics the first update's loss was computed with, and the weights before its step
     trainer = sgd_trainer(model, cfg)
     update = trainer.update
-    trainer.update = lambda loss_fn, redraw: seen.append((model.baseline.mu.item(), model.baseline.sigma.item())) or \
-        update(loss_fn, redraw=redraw)
+
+    def watched(loss_fn, redraw):
+        def loss_and_stats():
+            out = loss_fn()
+            seen.append((model.baseline.mu.item(), model.baseline.sigma.item(), model.stem.layers[0].weight.clone()))
+            return out
+        return update(loss_and_stats, redraw=redraw)
+
+    trainer.update = watched
     learn_from_batch(trainer, model, batch, cfg, torch.Generator().manual_seed(0))
-    assert seen[0] == pytest.approx((want.mu.item(), want.sigma.item()), rel=1e-5)
+    assert seen[0][:2] == pytest.approx((want.mu.item(), want.sigma.item()), rel=1e-5)
     assert before["baseline.mu"].item() == 0.0 and seen[0][0] != 0.0
+    assert torch.equal(seen[0][2], before["stem.layers.0.weight"])  # no step had been taken yet
 
 
 def test_a_popart_learner_updates_its_statistics_once_per_batch():

@@ -48,9 +48,9 @@ def create_buffers(num_buffers: int, unroll_length: int, num_envs: int, observat
 def truncation_values(model: nn.Module, info: dict[str, Any], reward: Tensor, action: Tensor, state: State) -> Tensor:
     """[N]: where ``info["truncated"]`` (an env's episode was cut by a time limit at this step),
     the value of its last observation ``info["final_obs"]`` (:meth:`AgentNet.final_values`, from
-    ``state``, the core state before the reset); 0 elsewhere, and everywhere if nothing was cut."""
-    truncated = info.get("truncated")
-    if truncated is None or not truncated.any():
+    ``state``, the core state before the reset); 0 elsewhere."""
+    truncated = info["truncated"]
+    if not truncated.any():
         return torch.zeros(len(reward))
     final_obs = torch.from_numpy(np.ascontiguousarray(info["final_obs"]))
     values = model.final_values(final_obs, reward, action, state).float().cpu()
@@ -73,7 +73,6 @@ class EnvRunner:
             "logits": torch.zeros(n, model.num_logits),
             "episode_return": torch.zeros(n),
             "episode_length": torch.zeros(n, dtype=torch.int32),
-            "final_value": torch.zeros(n),
         }
         self.state = model.initial_state(n)
 
@@ -94,8 +93,9 @@ class EnvRunner:
                     "done": torch.from_numpy(done), "action": action, "logits": logits,
                     "episode_return": torch.from_numpy(np.asarray(info["episode_return"], np.float32)),
                     "episode_length": torch.from_numpy(np.asarray(info["episode_length"], np.int32)),
-                    "final_value": truncation_values(self.model, info, reward, action, self.state),
                 }
+                if "truncated" in info:  # an env with time limits (the maze has none: its buffer stays 0)
+                    self.step["final_value"] = truncation_values(self.model, info, reward, action, self.state)
             for key, value in self.step.items():
                 out[key][t] = value
 

@@ -107,15 +107,15 @@ def env_worker_loop(env_name: str, env_options: dict[str, Any], num_envs: int, s
             continue
         unit = index * splits + s
         obs, reward, done, info = groups[s].step(slots["action"][unit].numpy())
-        truncated = np.asarray(info.get("truncated", np.zeros_like(done)), bool)
         step = {"obs": obs, "reward": reward, "done": done,
                 "episode_return": np.asarray(info["episode_return"], np.float32),
-                "episode_length": np.asarray(info["episode_length"], np.int32),
-                "final_value": np.zeros_like(reward), "truncated": truncated}
-        if truncated.any():
-            slots["final_obs"][unit] = torch.from_numpy(np.ascontiguousarray(info["final_obs"]))
-        for key in (*STEP_KEYS, "truncated"):
-            slots[key][unit] = torch.from_numpy(step[key])
+                "episode_length": np.asarray(info["episode_length"], np.int32)}
+        if "truncated" in info:  # an env with time limits (the maze has none: its slots stay 0)
+            step.update(final_value=np.zeros_like(reward), truncated=np.asarray(info["truncated"], bool))
+            if step["truncated"].any():
+                slots["final_obs"][unit] = torch.from_numpy(np.ascontiguousarray(info["final_obs"]))
+        for key, value in step.items():
+            slots[key][unit] = torch.from_numpy(value)
         ready.put(unit)
     for env in groups:
         env.close()

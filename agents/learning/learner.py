@@ -29,7 +29,7 @@ from agents.actions import ActionSpace
 from agents.config import options, to_dict
 from agents.errors import ActorError, ConfigError
 from agents.learning.logger import Logger, RecentMean
-from agents.learning.losses import actor_critic_losses, total_loss
+from agents.learning.losses import actor_critic_losses, estimate_returns, total_loss
 from agents.learning.training import Trainer, configure_kernels, resolve_device
 from agents.network import AgentNet
 from agents.popart import PopArt
@@ -48,41 +48,77 @@ def run_unrolls(model: AgentNet, batch: dict[str, Tensor],
     return logits, baseline, aux
 
 
-def score_unrolls(logits: Tensor, baseline: Tensor, batch: dict[str, Tensor], cfg: TrainConfig,
-                  value_scale: Tensor | None, old_values: Tensor | None = None,
-                  action_space: ActionSpace | None = None) -> tuple[dict[str, Tensor], Tensor]:
-    """The loss terms and value targets [T, N] of :func:`run_unrolls`'s outputs: the logits and
-    baselines at 0..T-1 are scored against the actions a_0..a_{T-1} (stored at 1..T), rewards
-    r_1..r_T and discounts γ·(1 − done_{t+1}); the baseline at step T bootstraps (V(x_T) in Eq. 1).
-    Where a time limit cut an episode, the step's reward gains γ·V(x_final), the value of the
-    episode's last observation (``final_value``): the cut is not an end, so the target goes on
-    (Pardo et al. 2018); a termination's target stops at its reward."""
-    lc = cfg.loss
+def rewards_and_discounts(batch: dict[str, Tensor], cfg: TrainConfig) -> tuple[Tensor, Tensor]:
+    """The rewards r_1..r_T (clipped with ``network.reward_clip``) and discounts γ·(1 − done_{t+1})
+    [T, N] that score steps 0..T-1 of a batch. Where a time limit cut an episode, the step's
+    reward gains γ·V(x_final), the value of the episode's last observation (``final_value``): the
+    cut is not an end, so the target goes on (Pardo et al. 2018); a termination's stops at its reward."""
     rewards = batch["reward"][1:]
     if cfg.network.reward_clip is not None:
         rewards = rewards.clamp(-cfg.network.reward_clip, cfg.network.reward_clip)
-    rewards = rewards + lc.discount * batch["final_value"][1:]
-    discounts = (~batch["done"][1:]).float() * lc.discount
+    rewards = rewards + cfg.loss.discount * batch["final_value"][1:]
+    return rewards, (~batch["done"][1:]).float() * cfg.loss.discount
+
+
+def score_unrolls(logits: Tensor, baseline: Tensor, batch: dict[str, Tensor], cfg: TrainConfig,
+                  value_scale: Tensor | None, old_values: Tensor | None = None,
+                  action_space: ActionSpace | None = None,
+                  returns: tuple[Tensor, Tensor] | None = None) -> tuple[dict[str, Tensor], Tensor]:
+    """The loss terms and value targets [T, N] of :func:`run_unrolls`'s outputs: the logits and
+    baselines at 0..T-1 are scored against the actions a_0..a_{T-1} (stored at 1..T) and
+    :func:`rewards_and_discounts`; the baseline at step T bootstraps (V(x_T) in Eq. 1)."""
+    lc = cfg.loss
+    rewards, discounts = rewards_and_discounts(batch, cfg)
     return actor_critic_losses(
         logits[:-1], batch["logits"][1:], batch["action"][1:], rewards, discounts, baseline[:-1], baseline[-1],
         rho_bar=lc.rho_bar, c_bar=lc.c_bar, clip=lc.clip, estimator=lc.advantages, gae_lambda=lc.gae_lambda,
         normalize_advantages=lc.normalize_advantages, value_scale=value_scale, old_values=old_values,
-        value_clip=lc.value_clip, action_space=action_space)
+        value_clip=lc.value_clip, action_space=action_space, returns=returns)
 
 
-def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig,
-                 old_values: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+@torch.no_grad()
+def update_popart(popart: PopArt, logits: Tensor, features: Tensor, batch: dict[str, Tensor], cfg: TrainConfig,
+                  action_space: ActionSpace) -> tuple[Tensor, Tensor]:
+    """Move PopArt's statistics towards the value targets of a batch under the network as it is
+    (``logits`` and the value head's input ``features``, [T+1, N, ...]),
+    and rescale its head (van Hasselt et al. 2016, Algorithm 1: statistics first, then the
+    gradient step, which then learns in the new normalisation). Returns the value targets and
+    advantages, which the rescale leaves as they were (it keeps every value)."""
+    lc = cfg.loss
+    baseline = popart(features).squeeze(-1)
+    rewards, discounts = rewards_and_discounts(batch, cfg)
+    actions = batch["action"][1:]
+    log_rhos = action_space.log_prob(logits[:-1], actions) - action_space.log_prob(batch["logits"][1:], actions)
+    returns = estimate_returns(log_rhos, rewards, discounts, baseline[:-1], baseline[-1], rho_bar=lc.rho_bar,
+                               c_bar=lc.c_bar, clip=lc.clip, estimator=lc.advantages, gae_lambda=lc.gae_lambda)
+    popart.update(returns[0])
+    return returns
+
+
+def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig, old_values: Tensor | None = None,
+                 popart_first: bool = False) -> tuple[Tensor, dict[str, Tensor]]:
     """The loss on a batch of unrolls: IMPALA's, or PPO's clipped surrogate with ``loss.clip``
     (:mod:`agents.learning.losses`), with the advantages and value targets computed here from
     the values the network gives now (:func:`run_unrolls`, :func:`score_unrolls`). The core's aux
     losses (means over steps, e.g. MNM's meta loss) are multiplied by the T·N samples so that
     an aux weight of 1 weighs them per sample like the summed terms. ``old_values`` [T, N] are
-    the values before the batch's first update (for ``loss.value_clip``).
+    the values before the batch's first update (for ``loss.value_clip``). ``popart_first``:
+    PopArt's statistics move first (:func:`update_popart`; its head's weights change in place
+    before the graph of the loss holds them, so only the head runs twice).
     """
-    logits, baseline, aux = run_unrolls(model, batch, cfg)
     popart = model.baseline if isinstance(model.baseline, PopArt) else None
+    returns = None
+    if popart_first:
+        state = tuple(batch[f"state_{i}"] for i in range(sum(k.startswith("state_") for k in batch)))
+        y, _, aux = model.core_outputs(batch["obs"], batch["reward"], batch["action"], batch["done"], state,
+                                       truncate_per_step=cfg.learner.truncate_per_step)
+        logits, features = model.policy(model.policy_torso(y)), model.baseline_torso(y)
+        returns = update_popart(popart, logits, features, batch, cfg, model.action_space)
+        baseline = popart(features).squeeze(-1)
+    else:
+        logits, baseline, aux = run_unrolls(model, batch, cfg)
     losses, _ = score_unrolls(logits, baseline, batch, cfg, popart.sigma if popart is not None else None, old_values,
-                              model.action_space)
+                              model.action_space, returns)
     num_samples = baseline[:-1].numel()  # the loss terms are sums over T x N; aux losses are means
     loss = total_loss(losses, cfg.loss.baseline_cost, cfg.loss.entropy_cost,
                       {k: num_samples * v for k, v in aux.items()}, cfg.loss.aux_loss_weights)
@@ -106,11 +142,10 @@ def learn_from_batch(trainer: Trainer, model: AgentNet, batch: dict[str, Tensor]
                      generator: torch.Generator) -> dict[str, float]:
     """``learner.epochs`` passes over ``batch``, each in ``learner.minibatches`` minibatches of
     whole trajectories (a fresh random partition per pass), one optimiser step each, all with
-    the random features (FAVOR+) drawn once for the batch. With PopArt, its statistics first move
-    towards the batch's value targets under the network as it is (one forward pass without
-    gradients, which also gives ``loss.value_clip``'s old values), and the steps then learn in the
-    new normalisation. Returns the mean of the updates' metrics (``nonfinite``: whether any
-    update was skipped).
+    the random features (FAVOR+) drawn once for the batch. With PopArt, its statistics move once
+    per batch, in the first update before its step, towards the value targets of the first
+    minibatch (the whole batch with one minibatch; :func:`update_popart`). Returns the mean of the
+    updates' metrics (``nonfinite``: whether any update was skipped).
 
     The advantages and value targets are recomputed in every minibatch from the network as it
     is then: its forward pass gives the values anyway, and V-trace's importance weights then
@@ -120,24 +155,20 @@ def learn_from_batch(trainer: Trainer, model: AgentNet, batch: dict[str, Tensor]
     lc = cfg.learner
     num_trajectories = batch["reward"].shape[1]
     redraw_random_features(model)  # once per batch: every update on it sees the same features
-    popart = model.baseline if isinstance(model.baseline, PopArt) else None
+    popart = isinstance(model.baseline, PopArt)
     old_values = None
-    if cfg.loss.value_clip is not None or popart is not None:
+    if cfg.loss.value_clip is not None:
         with torch.no_grad():
-            logits, baseline, _ = run_unrolls(model, batch, cfg)
-            if cfg.loss.value_clip is not None:
-                old_values = baseline[:-1]
-            if popart is not None:  # van Hasselt et al. 2016, Alg. 1: statistics first, then the gradient steps
-                popart.update(score_unrolls(logits, baseline, batch, cfg, popart.sigma,
-                                            action_space=model.action_space)[1])
+            old_values = run_unrolls(model, batch, cfg)[1][:-1]
     rows = []
-    for _ in range(lc.epochs):
+    for epoch in range(lc.epochs):
         parts = [None] if lc.minibatches == 1 else minibatch_columns(num_trajectories, lc.minibatches, generator)
-        for columns in parts:
+        for i, columns in enumerate(parts):
             minibatch = batch if columns is None else select_trajectories(batch, columns)
             minibatch_old = old_values if columns is None or old_values is None else old_values[:, columns.to(
                 old_values.device)]
-            rows.append(trainer.update(functools.partial(compute_loss, model, minibatch, cfg, minibatch_old),
+            first = popart and epoch == 0 and i == 0  # PopArt's statistics: once per batch, before its first step
+            rows.append(trainer.update(functools.partial(compute_loss, model, minibatch, cfg, minibatch_old, first),
                                        redraw=False))
     metrics = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
     metrics["nonfinite"] = max(r["nonfinite"] for r in rows)

@@ -28,7 +28,8 @@ def actor_critic_losses(target_logits: Tensor, behaviour_logits: Tensor, actions
                         estimator: Literal["vtrace", "gae"] = "vtrace", gae_lambda: float = 0.95,
                         normalize_advantages: bool = False, value_scale: Optional[Tensor] = None,
                         old_values: Optional[Tensor] = None, value_clip: Optional[float] = None,
-                        action_space: Optional[ActionSpace] = None) -> tuple[dict[str, Tensor], Tensor]:
+                        action_space: Optional[ActionSpace] = None,
+                        returns: Optional[tuple[Tensor, Tensor]] = None) -> tuple[dict[str, Tensor], Tensor]:
     """(terms, value targets): the policy, value and entropy terms, each summed over the T × B
     batch (and, with a clip, the diagnostic ``clip_fraction``), and the value targets [T, B].
 
@@ -49,20 +50,15 @@ def actor_critic_losses(target_logits: Tensor, behaviour_logits: Tensor, actions
     ``value_scale`` σ (PopArt, Hessel et al. 2019, §2) divides the value errors, the value clip
     and the advantages: the value is regressed in normalised units and the policy sees
     advantages of unit scale. ``normalize_advantages`` standardises A over the batch. With the
-    defaults this is exactly IMPALA's loss.
+    defaults this is exactly IMPALA's loss. ``returns``: the value targets and advantages of
+    :func:`estimate_returns` on these logits and values, if the caller has them already.
     """
     space = action_space or ActionSpace((target_logits.shape[-1],))
     target_log_probs = space.log_prob(target_logits, actions)
     log_rhos = target_log_probs - space.log_prob(behaviour_logits, actions)
-    if estimator == "vtrace":
-        returns = vtrace(log_rhos.detach(), discounts, rewards, values.detach(), bootstrap_value.detach(),
-                         rho_bar=rho_bar, c_bar=c_bar)
-        targets, advantages = returns.vs, returns.pg_advantages
-        if clip is not None:  # the ratio weighs the sample: the advantage without ρ
-            targets_next = torch.cat([targets[1:], bootstrap_value.detach().unsqueeze(0)])
-            advantages = rewards + discounts * targets_next - values.detach()
-    else:
-        targets, advantages = gae(discounts, rewards, values.detach(), bootstrap_value.detach(), gae_lambda)
+    targets, advantages = returns or estimate_returns(log_rhos, rewards, discounts, values, bootstrap_value,
+                                                      rho_bar=rho_bar, c_bar=c_bar, clip=clip, estimator=estimator,
+                                                      gae_lambda=gae_lambda)
     errors = targets - values
     if value_scale is not None:
         advantages, errors = advantages / value_scale, errors / value_scale
@@ -87,6 +83,22 @@ def actor_critic_losses(target_logits: Tensor, behaviour_logits: Tensor, actions
         terms["baseline_loss"] = 0.5 * (errors ** 2).sum()
     terms["entropy"] = space.entropy_sum(target_logits)
     return terms, targets
+
+
+@torch.no_grad()
+def estimate_returns(log_rhos: Tensor, rewards: Tensor, discounts: Tensor, values: Tensor, bootstrap_value: Tensor, *,
+                     rho_bar: float, c_bar: float, clip: Optional[float], estimator: Literal["vtrace", "gae"],
+                     gae_lambda: float) -> tuple[Tensor, Tensor]:
+    """(value targets, advantages) [T, B] for :func:`actor_critic_losses` (its docstring gives
+    both): V-trace's v_s and ρ-weighted advantages, or, with a clip, the advantages without ρ;
+    or GAE's."""
+    if estimator == "gae":
+        return gae(discounts, rewards, values, bootstrap_value, gae_lambda)
+    returns = vtrace(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar=rho_bar, c_bar=c_bar)
+    if clip is None:
+        return returns.vs, returns.pg_advantages
+    targets_next = torch.cat([returns.vs[1:], bootstrap_value.unsqueeze(0)])  # the ratio weighs the sample: no ρ
+    return returns.vs, rewards + discounts * targets_next - values
 
 
 def total_loss(losses: dict[str, Tensor], baseline_cost: float, entropy_cost: float,
