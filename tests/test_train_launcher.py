@@ -32,7 +32,7 @@ def test_the_defaults_name_the_run_after_the_env_and_stems_are_selectable():
     assert cfg.resolved_run_dir() == "runs/CartPole-v1-lstm" and cfg.loss.discount == 0.99
     bsuite = train.load(["--env.id", "bsuite/memory_len/0"])
     assert bsuite.resolved_run_dir() == "runs/bsuite_memory_len_0-lstm"
-    nature = train.load(["--network.stem", "nature", "--env.id", "ALE/Pong-v5"])
+    nature = train.load(["--network.stem", "nature", "--env.id", "ale_py:ALE/Pong-v5"])
     assert (nature.network.stem, nature.network.output_size) == ("nature", 512)
     with pytest.raises(ConfigError, match="--network.stem: unknown stem 'conv'; choose one of: mlp, resnet, nature"):
         train.load(["--network.stem", "conv"])
