@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium
@@ -37,6 +38,32 @@ def env_class(name: str) -> type:
         raise ValueError(f"unknown env {name!r}; valid envs: {', '.join(ENVS)}")
     module, cls_name = ENVS[name].split(":")
     return getattr(importlib.import_module(module), cls_name)
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What a network is built for: an env's observations and actions."""
+
+    observation_shape: tuple[int, ...]
+    observation_dtype: Any
+    """The numpy dtype of its observations (``reset()``'s)."""
+    action_sizes: tuple[int, ...]
+    """The sizes of the action's components (:func:`action_sizes`)."""
+
+    @property
+    def images(self) -> bool:
+        """uint8 [C, H, W] observations, for a conv stem."""
+        return len(self.observation_shape) == 3 and str(self.observation_dtype) == "uint8"
+
+
+def spec(name: str, seed: int = 0, **cfg: Any) -> EnvSpec:
+    """The :class:`EnvSpec` of env ``name`` with options ``cfg``, read off one copy of it (the
+    errors of :func:`make`)."""
+    env = make(name, num_envs=1, seed=seed, **cfg)
+    try:
+        return EnvSpec(tuple(env.observation_shape), env.reset().dtype, action_sizes(env))
+    finally:
+        env.close()
 
 
 def action_sizes(env: Any) -> tuple[int, ...]:

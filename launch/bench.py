@@ -21,6 +21,7 @@ import tempfile
 import time
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from envs.maze_reference import PyMaze
@@ -367,10 +368,9 @@ def bench_inference(args: argparse.Namespace) -> None:
     device = resolve_device(cfg.run.device)
     torch.set_num_threads(args.threads)
     env_options = options(cfg.env)
-    probe = envs.make(cfg.env.name, num_envs=1, **env_options)
-    obs_shape, num_actions = tuple(probe.observation_shape), probe.num_actions  # the maze's and Atari's: Discrete
-    obs_dtype = torch.from_numpy(probe.reset()).dtype
-    probe.close()
+    env_spec = envs.spec(cfg.env.name, **env_options)
+    obs_shape, (num_actions,) = env_spec.observation_shape, env_spec.action_sizes  # the maze's and Atari's: Discrete
+    obs_dtype = torch.from_numpy(np.zeros(0, env_spec.observation_dtype)).dtype
     model = build_model(cfg, obs_shape, num_actions).to(device)
     W, E, T = args.num_actors, args.envs_per_actor, args.unroll
     seeds = list(range(W))

@@ -176,9 +176,8 @@ def load_agent(path: str) -> tuple[Any, Any, dict[str, Any]]:
 
     payload = read_checkpoint(path)
     cfg = config_from_dict(payload["config"], path)
-    probe = envs.make(cfg.env.name, num_envs=1, seed=0, **options(cfg.env))
-    model = build_model(cfg, tuple(probe.observation_shape), envs.action_sizes(probe))
-    probe.close()
+    env_spec = envs.spec(cfg.env.name, **options(cfg.env))
+    model = build_model(cfg, env_spec.observation_shape, env_spec.action_sizes)
     model.load_state_dict(payload["model"])
     return model.eval(), cfg, payload["counters"]
 

@@ -61,12 +61,11 @@ def env_config(cfg: Any, suite: str, entry: SuiteEnv) -> TrainConfig:
     schema = rl_schema("gym", cfg.core.name)
     cfg = schema(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(schema)})
     env = env_section("gym")(**entry.options)
-    probe = envs.make("gym", num_envs=1, seed=cfg.run.seed, **entry.options)
+    images = envs.spec("gym", seed=cfg.run.seed, **entry.options).images
     network = cfg.network
-    if probe.stem == "resnet" and network.stem != "resnet":
+    if images and network.stem != "resnet":
         network = ResNetNetworkConfig(reward_clip=network.reward_clip, prev_action=network.prev_action,
                                       head_sizes=network.head_sizes)
-    probe.close()
     run_dir = cfg.run.run_dir.format(suite=suite, env=entry.name, core=cfg.core.name)
     return dataclasses.replace(cfg, env=env, network=network, run=dataclasses.replace(cfg.run, run_dir=run_dir))
 

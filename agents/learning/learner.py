@@ -247,12 +247,11 @@ def _train(cfg: TrainConfig, on_update: Callable[[int, dict[str, float]], None] 
     torch.manual_seed(cfg.run.seed)
     env_options = options(cfg.env)
     try:
-        probe = envs.make(cfg.env.name, num_envs=1, seed=cfg.run.seed, **env_options)
+        env_spec = envs.spec(cfg.env.name, seed=cfg.run.seed, **env_options)
     except ValueError as e:
         raise ConfigError(f"env: {e}") from None
-    obs_shape, action_sizes = tuple(probe.observation_shape), envs.action_sizes(probe)
-    obs_dtype = torch.from_numpy(probe.reset()).dtype
-    probe.close()
+    obs_shape, action_sizes = env_spec.observation_shape, env_spec.action_sizes
+    obs_dtype = torch.from_numpy(np.zeros(0, env_spec.observation_dtype)).dtype
 
     model = build_model(cfg, obs_shape, action_sizes).to(device)
     steps_per_update = cfg.learner.batch_size * cfg.actor.unroll_length
