@@ -23,6 +23,7 @@ from agents.nature_cnn import NatureStem
 from agents.popart import SIGMA_RANGE, PopArt
 from agents.resnet import ResNetStem
 from fastnet import make_core
+from fastnet.options import check_options
 from fastnet.state import State
 
 
@@ -70,10 +71,7 @@ def make_stem(name: str, observation_shape: tuple[int, ...], **cfg: Any) -> nn.M
     if name not in stems:
         raise ValueError(f"unknown stem {name!r}; valid stems: {', '.join(stems)}")
     cls = stems[name]
-    fields = [f.name for f in dataclasses.fields(cls.Config)]
-    unknown = sorted(set(cfg) - set(fields))
-    if unknown:
-        raise ValueError(f"unknown option {unknown[0]!r} for stem {name!r}; valid options: {', '.join(fields)}")
+    check_options(cfg, (f.name for f in dataclasses.fields(cls.Config)), kind="stem", name=name)
     return cls(tuple(observation_shape), cls.Config(**cfg))
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import gymnasium
 
+from fastnet.options import check_options
+
 ENVS: dict[str, str] = {
     "maze": "envs.maze:Maze",
     "atari": "envs.atari:Atari",
@@ -79,8 +81,6 @@ def make(name: str, num_envs: int, seed: int = 0, **cfg: Any) -> Any:
     An unknown name or option raises ``ValueError`` listing the valid names or options.
     """
     cls = env_class(name)
-    options = [p for p in inspect.signature(cls).parameters if p not in ("num_envs", "seed")]
-    unknown = sorted(set(cfg) - set(options))
-    if unknown:
-        raise ValueError(f"unknown option {unknown[0]!r} for env {name!r}; valid options: {', '.join(options)}")
+    check_options(cfg, (p for p in inspect.signature(cls).parameters if p not in ("num_envs", "seed")), kind="env",
+                  name=name)
     return cls(num_envs, seed, **cfg)

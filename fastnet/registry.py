@@ -23,6 +23,8 @@ from typing import Any
 
 from torch import nn
 
+from fastnet.options import check_options
+
 CORES: dict[str, str] = {
     "ff": "fastnet.cores:FeedForwardCore",
     "lstm": "fastnet.cores:LSTMCore",
@@ -52,8 +54,5 @@ def make_core(name: str, input_size: int, **cfg: Any) -> nn.Module:
     cls = core_class(name)
     if not isinstance(input_size, int) or input_size <= 0:
         raise ValueError(f"input_size must be a positive int, got {input_size!r}")
-    fields = [f.name for f in dataclasses.fields(cls.Config)]
-    unknown = sorted(set(cfg) - set(fields))
-    if unknown:
-        raise ValueError(f"unknown option {unknown[0]!r} for core {name!r}; valid options: {', '.join(fields)}")
+    check_options(cfg, (f.name for f in dataclasses.fields(cls.Config)), kind="core", name=name)
     return cls(input_size, cls.Config(**cfg))
