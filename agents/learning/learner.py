@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import copy
 import functools
 import math
 import signal
@@ -188,8 +189,7 @@ def make_transport(cfg: TrainConfig, model: AgentNet, device: torch.device, obse
                                cfg.learner.batch_size, observation_shape, observation_dtype, seeds, device,
                                ac.server_max_batch, ac.server_max_wait_ms, ac.start_method, seed=seed,
                                worker_splits=ac.worker_splits, side_stream=ac.server_side_stream)
-    actor_model = build_model(cfg, observation_shape, model.action_space.sizes)
-    actor_model.load_state_dict(model.state_dict())
+    actor_model = copy.deepcopy(model).cpu()  # the actors' copy, in shared memory
     actor_model.share_memory()
     return ActorPool(actor_model, cfg.env.name, env_options, ac.num_actors, ac.envs_per_actor, ac.unroll_length,
                      cfg.learner.batch_size // ac.envs_per_actor, observation_shape, observation_dtype, seeds,
@@ -230,17 +230,17 @@ def train(cfg: TrainConfig, on_update: Callable[[int, dict[str, float]], None] |
     Returns the final counters, the mean recent return and the SPS from the first update to the end
     (leaving out the start-up).
     """
-    check_config(cfg)
-    # Ray first: an unreachable cluster is reported before anything is written to the run directory
-    with ray_connection(cfg.ray.address) if cfg.actor.backend == "ray" else contextlib.nullcontext():
-        return _train(cfg, on_update)
-
-
-def _train(cfg: TrainConfig, on_update: Callable[[int, dict[str, float]], None] | None) -> dict[str, Any]:
-    import envs
-
     device = resolve_device(cfg.run.device)
     check_config(cfg, device.type)
+    # Ray first: an unreachable cluster is reported before anything is written to the run directory
+    with ray_connection(cfg.ray.address) if cfg.actor.backend == "ray" else contextlib.nullcontext():
+        return _train(cfg, device, on_update)
+
+
+def _train(cfg: TrainConfig, device: torch.device,
+           on_update: Callable[[int, dict[str, float]], None] | None) -> dict[str, Any]:
+    import envs
+
     configure_kernels(cfg.run.kernels, device)
     if cfg.run.num_threads:
         torch.set_num_threads(cfg.run.num_threads)
