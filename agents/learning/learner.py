@@ -68,13 +68,19 @@ def score_unrolls(logits: Tensor, baseline: Tensor, batch: dict[str, Tensor], cf
     """The loss terms and value targets [T, N] of :func:`run_unrolls`'s outputs: the logits and
     baselines at 0..T-1 are scored against the actions a_0..a_{T-1} (stored at 1..T) and
     :func:`rewards_and_discounts`; the baseline at step T bootstraps (V(x_T) in Eq. 1)."""
-    lc = cfg.loss
+    loss_cfg = cfg.loss
     rewards, discounts = rewards_and_discounts(batch, cfg)
     return actor_critic_losses(
         logits[:-1], batch["logits"][1:], batch["action"][1:], rewards, discounts, baseline[:-1], baseline[-1],
-        rho_bar=lc.rho_bar, c_bar=lc.c_bar, clip=lc.clip, estimator=lc.advantages, gae_lambda=lc.gae_lambda,
-        normalize_advantages=lc.normalize_advantages, value_scale=value_scale, old_values=old_values,
-        value_clip=lc.value_clip, action_space=action_space, returns=returns)
+        **estimator_options(cfg), normalize_advantages=loss_cfg.normalize_advantages, value_scale=value_scale,
+        old_values=old_values, value_clip=loss_cfg.value_clip, action_space=action_space, returns=returns)
+
+
+def estimator_options(cfg: TrainConfig) -> dict[str, Any]:
+    """``loss``'s options of :func:`agents.learning.losses.estimate_returns` (V-trace's or GAE's)."""
+    loss_cfg = cfg.loss
+    return {"rho_bar": loss_cfg.rho_bar, "c_bar": loss_cfg.c_bar, "clip": loss_cfg.clip,
+            "estimator": loss_cfg.advantages, "gae_lambda": loss_cfg.gae_lambda}
 
 
 @torch.no_grad()
@@ -85,13 +91,11 @@ def update_popart(popart: PopArt, logits: Tensor, features: Tensor, batch: dict[
     and rescale its head (van Hasselt et al. 2016, Algorithm 1: statistics first, then the
     gradient step, which then learns in the new normalisation). Returns the value targets and
     advantages, which the rescale leaves as they were (it keeps every value)."""
-    lc = cfg.loss
     baseline = popart(features).squeeze(-1)
     rewards, discounts = rewards_and_discounts(batch, cfg)
     actions = batch["action"][1:]
     log_rhos = action_space.log_prob(logits[:-1], actions) - action_space.log_prob(batch["logits"][1:], actions)
-    returns = estimate_returns(log_rhos, rewards, discounts, baseline[:-1], baseline[-1], rho_bar=lc.rho_bar,
-                               c_bar=lc.c_bar, clip=lc.clip, estimator=lc.advantages, gae_lambda=lc.gae_lambda)
+    returns = estimate_returns(log_rhos, rewards, discounts, baseline[:-1], baseline[-1], **estimator_options(cfg))
     popart.update(returns[0])
     return returns
 
@@ -153,7 +157,7 @@ def learn_from_batch(trainer: Trainer, model: AgentNet, batch: dict[str, Tensor]
     correct for how far the current policy has moved from the behaviour policy. With one epoch
     and one minibatch this is one IMPALA update on the whole batch, exactly as before.
     """
-    lc = cfg.learner
+    learner_cfg = cfg.learner
     num_trajectories = batch["reward"].shape[1]
     redraw_random_features(model)  # once per batch: every update on it sees the same features
     popart = isinstance(model.baseline, PopArt)
@@ -162,8 +166,9 @@ def learn_from_batch(trainer: Trainer, model: AgentNet, batch: dict[str, Tensor]
         with torch.no_grad():
             old_values = run_unrolls(model, batch, cfg)[1][:-1]
     rows = []
-    for epoch in range(lc.epochs):
-        parts = [None] if lc.minibatches == 1 else minibatch_columns(num_trajectories, lc.minibatches, generator)
+    for epoch in range(learner_cfg.epochs):
+        parts = ([None] if learner_cfg.minibatches == 1
+                 else minibatch_columns(num_trajectories, learner_cfg.minibatches, generator))
         for i, columns in enumerate(parts):
             minibatch = batch if columns is None else select_trajectories(batch, columns)
             minibatch_old = old_values if columns is None or old_values is None else old_values[:, columns.to(

@@ -97,7 +97,7 @@ class Trainer:
 
     def __init__(self, model: nn.Module, optim: OptimConfig, total_updates: float, run_dir: str, config: Any,
                  keep: int = 2):
-        self.model, self.cfg, self.run_dir, self.config, self.keep = model, optim, run_dir, config, keep
+        self.model, self.optim_cfg, self.run_dir, self.config, self.keep = model, optim, run_dir, config, keep
         self.optimizer, self.scheduler = build_optimizer(model.parameters(), optim, total_updates)
         self.nonfinite_in_a_row = 0
         self.saved_step: int | None = None
@@ -136,7 +136,7 @@ class Trainer:
         loss, terms = loss_fn()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip or math.inf)
+        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.optim_cfg.grad_clip or math.inf)
         lr = self.scheduler.get_last_lr()[0]
         metrics = {"loss": loss.item(), **{k: v.item() for k, v in terms.items()}, "grad_norm": grad_norm.item(),
                    "lr": lr}
@@ -152,7 +152,7 @@ class Trainer:
             return {**metrics, "nonfinite": 0}
         self.optimizer.zero_grad(set_to_none=True)
         self.nonfinite_in_a_row += 1
-        if self.nonfinite_in_a_row >= self.cfg.max_nonfinite_steps:
+        if self.nonfinite_in_a_row >= self.optim_cfg.max_nonfinite_steps:
             raise NonFiniteError(f"the loss or gradient was NaN or inf in {self.nonfinite_in_a_row} updates in a row "
                                  f"(loss {metrics['loss']}, gradient norm {metrics['grad_norm']}); stopped; "
                                  f"{self._last_good()}")
