@@ -49,7 +49,8 @@ class ToyEnv(gymnasium.Env):
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         self.t += 1
-        self.last_action = int(action)
+        self.last_action = int(action[0] * 2 + action[1]) if isinstance(self.action_space, spaces.MultiDiscrete) \
+            else int(action)
         return self._obs(), float(self.t), self.t >= self.length, False, {}
 
 
@@ -178,9 +179,19 @@ def test_minigrid_one_hot_view() -> None:
     assert obs[0, :4].sum() == 1 and (obs[0, 4:].reshape(49, 20).sum(-1) == 3).all()  # type, colour, state
 
 
+def test_a_multidiscrete_action_reaches_the_env_as_its_components() -> None:
+    """MultiDiscrete [2, 2]: the agent's action a is the mixed-radix index of (a // 2, a % 2), which
+    the toy env records as 2 * a_0 + a_1 in its next observation."""
+    env = envs.make("gym", num_envs=4, seed=0, id="DeltaBeastTest/multi-v0")
+    assert (env.action_sizes, env.num_actions, envs.action_sizes(env)) == ((2, 2), 4, (2, 2))
+    env.reset()
+    obs, _, _, _ = env.step(np.array([0, 1, 2, 3]))
+    np.testing.assert_array_equal(obs[:, 1], [0, 1, 2, 3])
+
+
 def test_bad_arguments() -> None:
-    with pytest.raises(ValueError, match="Discrete one"):
-        envs.make("gym", num_envs=1, id="DeltaBeastTest/multi-v0")
+    with pytest.raises(ValueError, match="continuous actions .* Discrete or MultiDiscrete"):
+        envs.make("gym", num_envs=1, id="Pendulum-v1")
     with pytest.raises(ValueError, match="valid options: id, observation"):
         envs.make("gym", num_envs=1, idd="CartPole-v1")
     with pytest.raises(ValueError, match="max_episode_steps must be >= 0"):
