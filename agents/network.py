@@ -153,7 +153,13 @@ class AgentNet(nn.Module):
         the whole sequence at once, so gradients flow through the state across the T steps.
         """
         y, state, aux = self.core_outputs(obs, prev_reward, prev_action, done, state, truncate_per_step)
-        return self.policy(self.policy_torso(y)), self.baseline(self.baseline_torso(y)).squeeze(-1), state, aux
+        logits, features = self.heads(y)
+        return logits, self.baseline(features).squeeze(-1), state, aux
+
+    def heads(self, y: Tensor) -> tuple[Tensor, Tensor]:
+        """The policy logits [..., A] of the core's outputs y, and the value head's input (the
+        baseline torso's output; ``self.baseline(features)`` is the value)."""
+        return self.policy(self.policy_torso(y)), self.baseline_torso(y)
 
     def core_outputs(self, obs: Tensor, prev_reward: Tensor, prev_action: Tensor, done: Tensor, state: State,
                      truncate_per_step: bool = False) -> tuple[Tensor, State, dict[str, Tensor]]:

@@ -228,9 +228,13 @@ class TrainConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     def resolved_run_dir(self) -> str:
-        env_id = re.sub(r"[/:]+", "_", getattr(self.env, "id", ""))  # a gym id, as one directory name
         return self.run.run_dir.format(env=self.env.name, core=self.core.name, game=getattr(self.env, "game", ""),
-                                       id=env_id)
+                                       id=directory_name(getattr(self.env, "id", "")))
+
+
+def directory_name(name: str) -> str:
+    """``name`` as one directory name: a gym id's or a suite env's "/" and ":" become "_"."""
+    return re.sub(r"[/:]+", "_", name)
 
 
 # The network (stem) each env's observations take; atari's is chosen by ``network.stem``.

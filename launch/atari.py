@@ -11,7 +11,8 @@ and 200M) for launch/evaluate.py; running the same command again resumes a stopp
 """
 from __future__ import annotations
 
-from launch.entry import IMAGE_NETWORKS, RLEntry
+from agents.run_config import IMAGE_NETWORKS
+from launch.entry import RLEntry
 
 ENTRY = RLEntry(env="atari", defaults="atari.yaml", prog="launch/atari.py", doc=__doc__,
                 stems=tuple(IMAGE_NETWORKS), short_flags={"--game": "env.game"})

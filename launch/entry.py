@@ -9,7 +9,7 @@ from typing import Any
 
 from agents.config import Selector, exit_on_error, parse
 from agents.learning.learner import train
-from agents.run_config import IMAGE_NETWORKS, STEM_NETWORKS, TrainConfig, rl_schema
+from agents.run_config import TrainConfig, rl_schema
 from fastnet import CORES
 
 CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
@@ -47,5 +47,3 @@ class RLEntry:
         argv = sys.argv[1:] if argv is None else argv
         return exit_on_error(lambda: train(self.load(argv)), debug="--debug" in argv or None)
 
-
-__all__ = ["IMAGE_NETWORKS", "STEM_NETWORKS", "RLEntry", "SHORT_FLAGS"]

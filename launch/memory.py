@@ -29,9 +29,9 @@ from agents.learning.logger import CSV_NAME, read_csv
 from agents.network import ResNetNetworkConfig
 from agents.run_config import TrainConfig, rl_schema
 from envs.suites import SUITES, SuiteEnv, mmer
-from launch.entry import CORE, SHORT_FLAGS
+from launch.entry import CONFIGS, CORE, SHORT_FLAGS
 
-DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "memory.yaml")
+DEFAULTS = os.path.join(CONFIGS, "memory.yaml")
 
 
 @functools.cache

@@ -32,7 +32,6 @@ import json
 import math
 import multiprocessing
 import os
-import re
 import signal
 import statistics
 import sys
@@ -58,7 +57,7 @@ from agents.errors import ConfigError, RunFailure, UsageError, UserError
 from agents.files import atomic_write_text
 from agents.learning.learner import train
 from agents.learning.logger import CSV_NAME, read_csv
-from agents.run_config import TrainConfig
+from agents.run_config import TrainConfig, directory_name
 from envs.suites import SUITES, SuiteEnv
 from fastnet import CORES
 
@@ -125,7 +124,7 @@ class Trial:
         """The trial's name, also its run directory's: ``maze-lstm-s0``, ``maze-lstm-optim.lr=1e-3-s0``;
         a suite env's "/" and a gym id's ":" and "/" become "_"."""
         variant = f"-{self.variant_name}" if self.variant else ""
-        return f"{re.sub(r'[/:]+', '_', self.env)}-{self.core}{variant}-s{self.seed}"
+        return f"{directory_name(self.env)}-{self.core}{variant}-s{self.seed}"
 
     @property
     def flags(self) -> list[str]:

@@ -12,7 +12,8 @@ the same command again resumes from the run directory's last checkpoint.
 """
 from __future__ import annotations
 
-from launch.entry import STEM_NETWORKS, RLEntry
+from agents.run_config import STEM_NETWORKS
+from launch.entry import RLEntry
 
 ENTRY = RLEntry(env="gym", defaults="train.yaml", prog="launch/train.py", doc=__doc__, stems=tuple(STEM_NETWORKS))
 load, main = ENTRY.load, ENTRY.main

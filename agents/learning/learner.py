@@ -41,12 +41,12 @@ from fastnet.feature_maps import redraw_random_features
 def run_unrolls(model: AgentNet, batch: dict[str, Tensor],
                 cfg: TrainConfig) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
     """The model re-run over a batch of unrolls [T+1, N, ...] (layout of
-    :mod:`agents.acting.transport`) from the stored core state: logits [T+1, N, A], baselines
-    [T+1, N] and the core's aux losses."""
+    :mod:`agents.acting.transport`) from the stored core state: logits [T+1, N, A], the value
+    head's input [T+1, N, ...] (:meth:`AgentNet.heads`) and the core's aux losses."""
     state = tuple(batch[f"state_{i}"] for i in range(sum(k.startswith("state_") for k in batch)))
-    logits, baseline, _, aux = model(batch["obs"], batch["reward"], batch["action"], batch["done"], state,
-                                     truncate_per_step=cfg.learner.truncate_per_step)
-    return logits, baseline, aux
+    y, _, aux = model.core_outputs(batch["obs"], batch["reward"], batch["action"], batch["done"], state,
+                                   truncate_per_step=cfg.learner.truncate_per_step)
+    return *model.heads(y), aux
 
 
 def rewards_and_discounts(batch: dict[str, Tensor], cfg: TrainConfig) -> tuple[Tensor, Tensor]:
@@ -111,17 +111,10 @@ def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig, ol
     PopArt's statistics move first (:func:`update_popart`; its head's weights change in place
     before the graph of the loss holds them, so only the head runs twice).
     """
+    logits, features, aux = run_unrolls(model, batch, cfg)
     popart = model.baseline if isinstance(model.baseline, PopArt) else None
-    returns = None
-    if popart_first:
-        state = tuple(batch[f"state_{i}"] for i in range(sum(k.startswith("state_") for k in batch)))
-        y, _, aux = model.core_outputs(batch["obs"], batch["reward"], batch["action"], batch["done"], state,
-                                       truncate_per_step=cfg.learner.truncate_per_step)
-        logits, features = model.policy(model.policy_torso(y)), model.baseline_torso(y)
-        returns = update_popart(popart, logits, features, batch, cfg, model.action_space)
-        baseline = popart(features).squeeze(-1)
-    else:
-        logits, baseline, aux = run_unrolls(model, batch, cfg)
+    returns = update_popart(popart, logits, features, batch, cfg, model.action_space) if popart_first else None
+    baseline = model.baseline(features).squeeze(-1)
     losses, _ = score_unrolls(logits, baseline, batch, cfg, popart.sigma if popart is not None else None, old_values,
                               model.action_space, returns)
     num_samples = baseline[:-1].numel()  # the loss terms are sums over T x N; aux losses are means
@@ -164,7 +157,7 @@ def learn_from_batch(trainer: Trainer, model: AgentNet, batch: dict[str, Tensor]
     old_values = None
     if cfg.loss.value_clip is not None:
         with torch.no_grad():
-            old_values = run_unrolls(model, batch, cfg)[1][:-1]
+            old_values = model.baseline(run_unrolls(model, batch, cfg)[1]).squeeze(-1)[:-1]
     rows = []
     for epoch in range(learner_cfg.epochs):
         parts = ([None] if learner_cfg.minibatches == 1
