@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import functools
 import inspect
 import os
@@ -137,13 +138,22 @@ def make_parser(schema: type, prog: str | None, description: str | None,
     parser = ArgumentParser(prog=prog, description=description, epilog=epilog, exit_on_error=False,
                             allow_abbrev=False, print_config=None,
                             usage="%(prog)s [--config FILE] [--section.key VALUE ...]")
-    parser.add_argument("--config", type=str, default=None,
+    parser.add_argument("--config", type=str, default=None, metavar="FILE",
                         help="A YAML file merged over the defaults (flags override it).")
     parser.add_argument("--print_config", action="store_true",
                         help="Print the fully resolved config as YAML and exit.")
     parser.add_argument("--debug", action="store_true",
                         help="Show the full traceback of an error (or set DELTABEAST_DEBUG=1).")
     parser.add_class_arguments(schema, nested_key=None, fail_untyped=True)
+    sections = {f"--{f.name}" for f in dataclasses.fields(schema)}
+    for action in parser._actions:  # jsonargparse's "--core CONFIG  Path to a configuration file."
+        (flag,) = action.option_strings[-1:] or (None,)
+        if flag in short_flags:
+            action.metavar, action.help = "NAME", f"Short for --{short_flags[flag]}."
+        elif flag in sections:
+            action.metavar, action.help = "FILE", f"A YAML file of the {flag[2:]} section's options."
+        elif isinstance(action.metavar, str) and len(action.metavar) > 60:  # a Literal's "{a,b,...}", unwrapped
+            action.metavar = flag.rpartition(".")[2].upper()  # the choices stay in the wrapped "(type: ...)"
     return parser
 
 
@@ -380,7 +390,9 @@ def one_line(error: BaseException, parser: ArgumentParser) -> str:
     if m := re.search(r"unrecognized arguments: (\S+)", text):
         flag = m.group(1).split("=")[0]
         section = flag[2:].rpartition(".")[0] if flag.startswith("--") else ""
-        return f"unknown option {flag}; valid keys{' of ' + section if section else ''}: {_keys(parser, section)}"
+        guess = _closest_flag(parser, flag)
+        return (f"unknown option {flag}{f' (did you mean {guess}?)' if guess else ''}; "
+                f"valid keys{' of ' + section if section else ''}: {_keys(parser, section)}")
     return " ".join(text.split())
 
 
@@ -393,6 +405,19 @@ def _describe(expected: str) -> str:
     if r := re.match(r"Not of type (\w+)", expected):
         return _TYPES.get(r.group(1), r.group(1))
     return expected
+
+
+def _closest_flag(parser: ArgumentParser, flag: str) -> str | None:
+    """The parser's flag nearest to ``flag`` (difflib's ratio ≥ 0.8) by its whole key, else by its
+    last part (``--total_step`` -> ``--run.total_steps``); None if none is near."""
+    flags = [s for a in parser._actions for s in a.option_strings if s.startswith("--")]
+    for key_of in (lambda f: f[2:], lambda f: f[2:].rpartition(".")[2]):
+        by_key = {}
+        for f in flags:
+            by_key.setdefault(key_of(f), f)
+        if near := difflib.get_close_matches(key_of(flag), by_key, n=1, cutoff=0.8):
+            return by_key[near[0]]
+    return None
 
 
 def _keys(parser: ArgumentParser, section: str) -> str:

@@ -10,8 +10,9 @@ checkpoints ``checkpoint-<step>.pt`` (with ``--steps``: the first at each step o
 it), or for its latest ``checkpoint.pt`` if it has none. Every checkpoint is scored in
 ``--runs`` (5) independent runs of ``--episodes`` (30) whole games each, with the env options it
 was trained with (sticky actions 0.25, the emulator's 108,000-frame limit and no other time
-limit). Actions are the argmax of the policy, as in the papers' code; ``--sample`` samples from
-it instead. Run r of a checkpoint plays ``--envs_per_run`` games at once (default: all of its
+limit). Actions are sampled from the policy, which is what it learned to play, except on Atari,
+where they are its argmax, as the papers' code (torchbeast's test mode) plays; ``--sample`` and
+``--argmax`` choose for every env. Run r of a checkpoint plays ``--envs_per_run`` games at once (default: all of its
 episodes), seeded with ``seed + r * envs_per_run + i``; each env contributes its first
 ``episodes / envs_per_run`` whole games, so short games are not favoured.
 
@@ -35,13 +36,13 @@ import os
 import re
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import numpy as np
 from jsonargparse.typing import PositiveInt
 
 from agents.atari_tables import PAPER_SCORES, STEP_TOLERANCE, TABLE_COLUMNS, TABLE_OF_STEP, format_mean_std, paper_step
-from agents.errors import ConfigError, UserError
+from agents.errors import ConfigError, UsageError, UserError
 
 _MILESTONE = re.compile(r"checkpoint-(\d+)\.pt$")
 
@@ -71,17 +72,11 @@ def play(env: Any, policy: Any, episodes_per_env: int) -> tuple[list[list[float]
     return scores, lengths
 
 
-def run_protocol(make_env: Callable[[int, int], Any], make_policy: Callable[[int], Any], runs: int = 5,
-                 episodes: int = 30, envs_per_run: int | None = None, seed: int = 0) -> list[dict[str, list]]:
-    """``runs`` runs of ``episodes`` episodes, serially: ``make_env(num_envs, seed)``, ``make_policy(run)``.
-
-    Returns per run ``{"scores": [...], "lengths": [...]}`` (``episodes`` of each).
-    """
-    return [run_one(make_env, make_policy, r, episodes, envs_per_run, seed) for r in range(runs)]
-
-
 def run_one(make_env: Callable[[int, int], Any], make_policy: Callable[[int], Any], run: int, episodes: int,
             envs_per_run: int | None, seed: int) -> dict[str, list]:
+    """Run ``run`` of the protocol: ``make_env(num_envs, seed)`` plays ``episodes`` whole episodes
+    with ``make_policy(run)``, ``episodes / envs_per_run`` on each env. Returns
+    ``{"scores": [...], "lengths": [...]}``."""
     n = envs_per_run or episodes
     if episodes % n:
         raise ValueError(f"episodes ({episodes}) must be a multiple of envs_per_run ({n})")
@@ -153,8 +148,9 @@ def expand_targets(targets: list[str], steps: list[int] | None = None) -> list[s
             for step in steps:
                 at = [p for s, p in milestones if step <= s <= step * (1 + STEP_TOLERANCE)]
                 if not at:
-                    print(f"warning: {target} has no checkpoint at step {step:,} (or within "
-                          f"{STEP_TOLERANCE:.0%} past it)", file=sys.stderr)
+                    print(f"warning: {target} has no checkpoint at step {step:,} (or within {STEP_TOLERANCE:.0%} "
+                          f"past it); its milestones: {', '.join(f'{s:,}' for s, _ in milestones) or 'none'}",
+                          file=sys.stderr)
                 elif at[0] not in paths:
                     paths.append(at[0])
         elif milestones:
@@ -163,6 +159,9 @@ def expand_targets(targets: list[str], steps: list[int] | None = None) -> list[s
             paths.append(os.path.join(target, "checkpoint.pt"))
         else:
             raise UserError(f"{target} holds no checkpoint")
+    if not paths:  # every target asked for --steps it has no milestone at
+        raise UsageError(f"no checkpoint at --steps {' '.join(map(str, steps or []))} in {', '.join(targets)}; "
+                         "leave --steps out to score each run's milestones, or its checkpoint.pt if it has none")
     return paths
 
 
@@ -223,13 +222,21 @@ def evaluate_job(job: dict[str, Any]) -> dict[str, Any]:
     return {**job, **result, "seconds": time.time() - start}
 
 
-def evaluate(paths: list[str], runs: int = 5, episodes: int = 30, sample: bool = False, workers: int | None = None,
+def samples_actions(env_name: str, sample: bool | None) -> bool:
+    """Whether a checkpoint of ``env_name`` is played with sampled actions: ``sample`` if given;
+    otherwise argmax on Atari (the papers' protocol) and samples everywhere else (a stochastic
+    policy's mode is not the policy: on the maze it can walk into a wall forever)."""
+    return env_name != "atari" if sample is None else sample
+
+
+def evaluate(paths: list[str], runs: int = 5, episodes: int = 30, sample: bool | None = None,
+             workers: int | None = None,
              envs_per_run: int | None = None, seed: int = 0, env_overrides: dict[str, Any] | None = None,
              ddof: int = 0, progress: bool = True, device: str = "cpu", memory: str = "full") -> list[dict[str, Any]]:
     """Score every checkpoint in ``paths``; one result dict per checkpoint (see :func:`summarize`)."""
     infos = [describe(p) for p in paths]
     jobs = [{"checkpoint": info["checkpoint"], "run": r, "episodes": episodes, "envs_per_run": envs_per_run,
-             "sample": sample, "seed": seed, "env_overrides": dict(env_overrides or {}), "device": device,
+             "sample": samples_actions(info["env"], sample), "seed": seed, "env_overrides": dict(env_overrides or {}), "device": device,
              "memory": memory}
             for info in infos for r in range(runs)]
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
@@ -247,7 +254,7 @@ def evaluate(paths: list[str], runs: int = 5, episodes: int = 30, sample: bool =
     for info in infos:
         mine = sorted((j for j in done_jobs if j["checkpoint"] == info["checkpoint"]), key=lambda j: j["run"])
         per_run = [{"run": j["run"], "scores": j["scores"], "lengths": j["lengths"]} for j in mine]
-        results.append({**info, "policy": "sample" if sample else "argmax", "memory": memory, "seed": seed,
+        results.append({**info, "policy": "sample" if samples_actions(info["env"], sample) else "argmax", "memory": memory, "seed": seed,
                         "env_overrides": dict(env_overrides or {}), "ddof": ddof,
                         **summarize(per_run, ddof), "per_run": per_run})
     return results
@@ -286,7 +293,8 @@ def markdown(results: list[dict[str, Any]]) -> str:
         cores += sorted({r["core"] for r in group} - set(cores))
         games = [g for g in PAPER_GAMES if any(r["game"] == g for r in group)]
         games += sorted({r["game"] for r in group} - set(games))
-        lines.append("| Game | " + " | ".join(TABLE_COLUMNS.get(c, c) for c in cores) + " |")
+        row_name = "Game" if all(r.get("env", "atari") == "atari" for r in group) else "Env"
+        lines.append(f"| {row_name} | " + " | ".join(TABLE_COLUMNS.get(c, c) for c in cores) + " |")
         lines.append("| --- |" + " --- |" * len(cores))
         for game in games:
             cells = []
@@ -324,15 +332,19 @@ def make_parser() -> Any:
     p.add_argument("--episodes", type=PositiveInt, default=30, help="Whole games per run.")
     p.add_argument("--envs_per_run", type=PositiveInt, default=None,
                    help="Games played at once per run; must divide --episodes (default: all of them).")
-    p.add_argument("--sample", action="store_true", help="Sample actions from the policy instead of its argmax.")
-    p.add_argument("--memory", type=str, choices=MEMORY_ABLATIONS, default="full",
+    policy = p.add_mutually_exclusive_group()
+    policy.add_argument("--sample", action="store_const", const=True, dest="sample", default=None,
+                        help="Sample actions from the policy (the default, except on Atari).")
+    policy.add_argument("--argmax", action="store_const", const=False, dest="sample",
+                        help="Play the policy's most likely action (the default on Atari, as the papers do).")
+    p.add_argument("--memory", type=Literal[MEMORY_ABLATIONS], default="full",
                    help="Memory ablation: full; no_core_state (the core state zeroed before every step); "
                         "none (the previous action and reward zeroed too).")
     p.add_argument("--workers", type=PositiveInt, default=None, help="Parallel processes (default: all cores).")
     p.add_argument("--seed", type=int, default=0,
                    help="Seed of the envs (run r plays seeds seed + r * envs_per_run + i) and of sampling.")
     p.add_argument("--device", type=str, default="cpu", help="Where the policy runs (cuda: one context per worker).")
-    p.add_argument("--ddof", type=int, choices=(0, 1), default=0,
+    p.add_argument("--ddof", type=Literal[0, 1], default=0,
                    help="Std of the run means: 0 population (numpy's default), 1 sample.")
     p.add_argument("--max_episode_frames", type=PositiveInt, default=None,
                    help="Override the env's frame limit, for quick checks (the protocol keeps 108000).")

@@ -3,13 +3,16 @@
     python launch/memory.py --suite popgym --core delta                 # defaults: launch/configs/memory.yaml
     python launch/memory.py --suite all --core lstm --total_steps 2000000
     python launch/memory.py --suite bsuite --core mnm_p --core.memory_size 32 --print_config
+    python launch/memory.py --suite popgym/CountRecallEasy --core lstm    # one env of a suite
 
 Each env of the suite is one IMPALA run of ``run.total_steps`` steps in its own run directory
 (``run.run_dir``, with {suite}, {env} and {core} filled in); running the command again resumes
 the unfinished runs and skips the finished ones. At the end the launcher writes, beside the run
 directories, ``results-<core>.csv`` and ``.md`` (per env: POPGym's MMER for the POPGym envs,
 Morad et al. 2023 §5; the mean return at the budget for the others) and one learning-curve
-plot per env. Envs whose package is missing are skipped with a note (``pip install -e '.[memory]'``).
+plot per env, and prints where it wrote them. The tables give the steps each run actually
+took (a whole number of batches, so at or just past the budget). Envs whose package is
+missing are skipped with a note (``pip install -e '.[memory]'``).
 """
 from __future__ import annotations
 
@@ -20,9 +23,10 @@ import io
 import math
 import os
 import sys
-from typing import Any, Literal
+from typing import Any
 
 from agents.config import env_section, exit_on_error, parse
+from agents.errors import ConfigError
 from agents.files import atomic_write_text
 from agents.learning.learner import train
 from agents.learning.logger import CSV_NAME, read_csv
@@ -38,10 +42,23 @@ DEFAULTS = os.path.join(CONFIGS, "memory.yaml")
 def memory_schema(core: str) -> type:
     """The config of this entry point: the RL config on the gym adapter, plus the ``suite``."""
     return dataclasses.make_dataclass(
-        "MemoryConfig", [("suite", Literal[tuple([*SUITES, "all"])], dataclasses.field(default="popgym"))],
+        "MemoryConfig", [("suite", str, dataclasses.field(default="popgym"))],
         bases=(rl_schema("gym", core),),
         namespace={"__doc__": "IMPALA training of a memory core on each env of a benchmark suite.\n\nAttributes:\n"
-                              "    suite: The suite to run: popgym, bsuite, minigrid, memorygym, or all of them."})
+                              "    suite: The suite to run: popgym, bsuite, minigrid, memorygym, or all of them; "
+                              "or one env of one (popgym/CountRecallEasy)."})
+
+
+def selected_envs(suite: str) -> list[tuple[str, SuiteEnv]]:
+    """(suite, env) pairs that ``--suite`` names: a suite, ``all``, or ``SUITE/ENV``; ConfigError otherwise."""
+    name, _, env = suite.partition("/")
+    if name not in (*SUITES, "all") or (env and name == "all"):
+        raise ConfigError(f"--suite: expected one of {', '.join(map(repr, [*SUITES, 'all']))} or SUITE/ENV; "
+                          f"got {suite!r}")
+    chosen = [(s, e) for s in (SUITES if name == "all" else [name]) for e in SUITES[s] if env in ("", e.name)]
+    if not chosen:
+        raise ConfigError(f"--suite: {name} has no env {env!r}; its envs: {', '.join(e.name for e in SUITES[name])}")
+    return chosen
 
 
 def load(argv: list[str], env: str | None = None) -> Any:
@@ -87,29 +104,29 @@ def run(argv: list[str]) -> list[dict[str, Any]]:
     import matplotlib.pyplot as plt
 
     cfg = load(argv)
-    suites = list(SUITES) if cfg.suite == "all" else [cfg.suite]
     results = []
-    for suite in suites:
-        for entry in SUITES[suite]:
-            if not entry.available():
-                print(f"skipping {suite}/{entry.name}: {entry.package} is not installed "
-                      "(pip install -e '.[memory]')", flush=True)
-                continue
-            env_cfg = env_config(load(argv, entry.name), suite, entry)
-            print(f"== {suite}/{entry.name} with {cfg.core.name}: {env_cfg.run.run_dir}", flush=True)
-            train(env_cfg)
-            rows = read_csv(os.path.join(env_cfg.run.run_dir, CSV_NAME))
-            metric, value = score(suite, entry, rows)
-            results.append({"suite": suite, "env": entry.name, "core": cfg.core.name, "steps": cfg.run.total_steps,
-                            "metric": metric, "value": value, "run_dir": env_cfg.run.run_dir})
-            fig, ax = plt.subplots(figsize=(6, 4))
-            ax.plot([r["step"] for r in rows], [r["mean_return"] for r in rows], label=cfg.core.name)
-            ax.set(xlabel="environment steps", ylabel="mean return", title=f"{suite}: {entry.name}")
-            ax.grid(alpha=0.3)
-            ax.legend()
-            fig.tight_layout()
-            fig.savefig(os.path.join(os.path.dirname(env_cfg.run.run_dir), f"{entry.name}-{cfg.core.name}.png"))
-            plt.close(fig)
+    for suite, entry in selected_envs(cfg.suite):
+        if not entry.available():
+            print(f"skipping {suite}/{entry.name}: {entry.package} is not installed "
+                  "(pip install -e '.[memory]')", flush=True)
+            continue
+        env_cfg = env_config(load(argv, entry.name), suite, entry)
+        print(f"== {suite}/{entry.name} with {cfg.core.name}: {env_cfg.run.run_dir}", flush=True)
+        summary = train(env_cfg)
+        rows = read_csv(os.path.join(env_cfg.run.run_dir, CSV_NAME))
+        metric, value = score(suite, entry, rows)
+        results.append({"suite": suite, "env": entry.name, "core": cfg.core.name, "steps": int(summary["step"]),
+                        "metric": metric, "value": value, "run_dir": env_cfg.run.run_dir})
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot([r["step"] for r in rows], [r["mean_return"] for r in rows], label=cfg.core.name)
+        ax.set(xlabel="environment steps", ylabel="mean return", title=f"{suite}: {entry.name}")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        plot = os.path.join(os.path.dirname(env_cfg.run.run_dir), f"{entry.name}-{cfg.core.name}.png")
+        fig.savefig(plot)
+        plt.close(fig)
+        print(f"wrote {plot}", flush=True)
     write_results(results, cfg)
     return results
 
@@ -124,12 +141,14 @@ def write_results(results: list[dict[str, Any]], cfg: Any) -> None:
         writer = csv.DictWriter(text, ["suite", "env", "core", "steps", "metric", "value"], extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-        atomic_write_text(os.path.join(directory, f"results-{cfg.core.name}.csv"), text.getvalue())
         lines = ["| suite | env | core | steps | metric | value |", "| --- | --- | --- | --- | --- | --- |"]
         lines += [f"| {r['suite']} | {r['env']} | {r['core']} | {r['steps']:,} | {r['metric']} | {r['value']:.3f} |"
                   for r in rows]
-        atomic_write_text(os.path.join(directory, f"results-{cfg.core.name}.md"), "\n".join(lines) + "\n")
+        csv_path, md_path = (os.path.join(directory, f"results-{cfg.core.name}.{ext}") for ext in ("csv", "md"))
+        atomic_write_text(csv_path, text.getvalue())
+        atomic_write_text(md_path, "\n".join(lines) + "\n")
         print("\n".join(lines), flush=True)
+        print(f"wrote {csv_path} and {md_path}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:

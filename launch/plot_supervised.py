@@ -25,7 +25,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import yaml
 
-from agents.learning.logger import read_csv
+from agents.errors import UsageError
+from agents.learning.logger import read_run_log
 
 
 def _pairs(specs: list[str]) -> list[tuple[str, str]]:
@@ -33,15 +34,20 @@ def _pairs(specs: list[str]) -> list[tuple[str, str]]:
     for spec in specs:
         label, eq, path = spec.rpartition("=")
         if not eq:
-            raise SystemExit(f"expected LABEL=PATH, got {spec!r}")
+            raise UsageError(f"expected LABEL=PATH, got {spec!r}")
         out.append((label, path))
     return out
 
 
 def curves(args) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
-    for label, run in _pairs(args.runs):
-        rows = [r for r in read_csv(os.path.join(run, "logs.csv")) if r.get(args.metric) == r.get(args.metric)]
+    logs = [(label, read_run_log(run)[1]) for label, run in _pairs(args.runs)]
+    columns = {k for _, rows in logs for row in rows for k in row}
+    if args.metric not in columns:
+        raise UsageError(f"--metric: no run logged {args.metric}; the logs have "
+                         f"{', '.join(sorted(columns - {'step', 'time'}))}")
+    for label, rows in logs:
+        rows = [r for r in rows if r.get(args.metric) == r.get(args.metric)]
         xs = [r["step"] if args.x == "step" else r["time"] / 60 for r in rows]
         ax.plot(xs, [r[args.metric] for r in rows], label=label)
     ax.set_xlabel("training step" if args.x == "step" else "wall-clock minutes")
@@ -61,7 +67,10 @@ def capacity(args) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, pattern in _pairs(args.runs):
         points = []
-        for run in sorted(glob.glob(pattern)):
+        matches = sorted(glob.glob(pattern))
+        if not matches:
+            raise UsageError(f"{label}={pattern}: matches no run directory")
+        for run in matches:
             results = os.path.join(run, "results.json")
             if not os.path.exists(results):
                 continue
@@ -88,7 +97,10 @@ def capacity(args) -> None:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from agents.config import exit_on_error
+
+    p = argparse.ArgumentParser(description=__doc__.replace("``", "").replace("::", ":"),  # plain text, not reST
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("kind", choices=["curves", "capacity"])
     p.add_argument("runs", nargs="+", help="LABEL=RUN_DIR (curves) or LABEL=GLOB (capacity)")
     p.add_argument("--out", required=True)
@@ -100,7 +112,7 @@ def main(argv=None) -> None:
     p.add_argument("--ymax", type=float, default=None, help="clip the y axis (diverged runs)")
     args = p.parse_args(argv)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    (curves if args.kind == "curves" else capacity)(args)
+    exit_on_error(lambda: (curves if args.kind == "curves" else capacity)(args))
 
 
 if __name__ == "__main__":

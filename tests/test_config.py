@@ -82,7 +82,7 @@ def test_print_config_prints_the_resolved_yaml_that_loads_back(tmp_path, capsys)
                         "Learning rate", "type: PositiveFloat, default: 0.003", "ff, lstm, linear, delta",
                         "--actor.start_method {fork,spawn,forkserver}", "short forms: "]),
     (maze, ["--core", "mnm_p", "--help"], ["--core.memory_size", "default: 32", "--core.memory_init_gain"]),
-    (atari, ["--help"], ["--env.game {Adventure,", "MsPacman", "--network.channels", "default: delta"]),
+    (atari, ["--help"], ["--env.game GAME", "Literal['Adventure',", "MsPacman", "--network.channels", "default: delta"]),
     (supervised, ["--task", "listops10", "--help"], ["--task.bucket", "--task.sublist_prob", "retrieval1, retrieval2",
                                                       "--train.select_metric {loss,mse,ppl,token_acc,seq_acc}"]),
     (evaluate, ["--help"], ["--runs RUNS", "type: PositiveInt, default: 5", "--sample", "RUN_OR_CHECKPOINT"]),
@@ -96,6 +96,19 @@ def test_help_lists_types_defaults_choices_and_descriptions(module, argv, must_s
         assert " ".join(item.split()) in text, item
     if argv[:2] == ["--core", "mnm_p"]:
         assert "--core.feature_map" not in text and "--core.head_dim" not in text  # exactly mnm_p's options
+
+
+@pytest.mark.parametrize("module", [maze, atari, supervised])
+def test_help_is_wrapped_and_says_what_a_section_flag_takes(module, capsys):
+    """No line past 100 characters (Atari's 100+ games were one line of 1,051), and --core reads
+    as the core's name, not jsonargparse's "--core CONFIG  Path to a configuration file"."""
+    with pytest.raises(SystemExit):
+        module.main(["--help"])
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 100
+    assert not any("Path to a configuration file" in line for line in lines)
+    assert any(line.split()[:5] == ["--core", "NAME", "Short", "for", "--core.name."] for line in lines)
+    assert any(line.split()[:2] == ["--optim", "FILE"] for line in lines)
 
 
 def _bad_inputs(tmp):
@@ -116,7 +129,9 @@ def _bad_inputs(tmp):
         (maze, ["--config", str(tmp / "missing.yaml")], "does not exist"),
         (maze, ["--core", "transformer"], "core.name: unknown core 'transformer'; choose one of: ff, lstm"),
         (maze, ["--optim.learning_rate", "1"], "--optim.learning_rate; valid keys of optim: name, lr"),
-        (maze, ["--bogus", "1"], "unknown option --bogus"),
+        (maze, ["--bogus", "1"], "unknown option --bogus; valid keys: core, run"),
+        (maze, ["--total_step", "1"], "unknown option --total_step (did you mean --run.total_steps?)"),
+        (maze, ["--optim.lrr", "1"], "unknown option --optim.lrr (did you mean --optim.lr?)"),
         (maze, ["--core", "delta", "--core.memory_size", "3"], "valid keys of core: hidden_size"),
         (maze, ["--core", "lstm", "--core.feature_map", "elu"], "--core.feature_map"),
         (maze, ["--num_actors", "two"], "--actor.num_actors: expected an integer > 0, got 'two'"),

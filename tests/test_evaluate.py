@@ -54,6 +54,10 @@ class CountingEnv:
         pass
 
 
+def run_protocol(make_env, make_policy, runs, episodes, envs_per_run=None, seed=0):
+    return [evaluate.run_one(make_env, make_policy, r, episodes, envs_per_run, seed) for r in range(runs)]
+
+
 def expected_scores(seed, run, episodes, n):
     """Run r plays n envs seeded seed + r*n + i; each contributes its first episodes/n episodes."""
     base = seed + run * n
@@ -70,7 +74,7 @@ def test_protocol_counts_means_and_stds(runs, episodes, envs_per_run):
             return np.zeros(len(obs), np.int64)
         return policy
 
-    out = evaluate.run_protocol(CountingEnv, policy_for, runs=runs, episodes=episodes, envs_per_run=envs_per_run,
+    out = run_protocol(CountingEnv, policy_for, runs=runs, episodes=episodes, envs_per_run=envs_per_run,
                                 seed=7)
     n = envs_per_run or episodes
     assert len(out) == runs and all(len(r["scores"]) == episodes for r in out)
@@ -95,7 +99,7 @@ def test_protocol_on_atari_matches_independent_replays():
     def make_env(n, seed):
         return envs.make("atari", num_envs=n, seed=seed, game="SpaceInvaders", max_episode_frames=400)
 
-    out = evaluate.run_protocol(make_env, lambda run: scripted, runs=2, episodes=3, seed=5)
+    out = run_protocol(make_env, lambda run: scripted, runs=2, episodes=3, seed=5)
     for r, result in enumerate(out):
         assert len(result["scores"]) == 3 and result["lengths"] == [100, 100, 100]
         for i, score in enumerate(result["scores"]):
@@ -153,6 +157,52 @@ def test_steps_pick_the_milestone_saved_at_or_just_past_them(tmp_path, capsys):
     paths = evaluate.expand_targets([str(tmp_path)], [50_000_000, 200_000_000, 100_000_000])
     assert [os.path.basename(p) for p in paths] == ["checkpoint-50000640.pt", "checkpoint-200000000.pt"]
     assert "no checkpoint at step 100,000,000" in capsys.readouterr().err
+
+
+def test_steps_that_match_no_checkpoint_are_an_error_not_an_empty_table(tmp_path, capsys):
+    (tmp_path / "checkpoint-1000.pt").write_bytes(b"")
+    with pytest.raises(evaluate.UsageError, match="no checkpoint at --steps 50000"):
+        evaluate.expand_targets([str(tmp_path)], [50_000])
+    assert "its milestones: 1,000" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        evaluate.main([str(tmp_path), "--steps", "50000", "--out", str(tmp_path / "eval")])
+    assert e.value.code == 2 and not (tmp_path / "eval").exists()
+
+
+def test_the_table_names_its_rows_games_only_for_atari():
+    maze = {**_result("maze", "lstm", 50_000, 56.5, 6.8), "env": "maze"}
+    assert "| Env | LSTM |" in evaluate.markdown([maze])
+    assert "| Game | LSTM |" in evaluate.markdown([{**_result("Pong", "lstm", 50_000, 1, 0), "env": "atari"}])
+
+
+def test_actions_are_sampled_except_on_atari_unless_asked():
+    assert evaluate.samples_actions("maze", None) and evaluate.samples_actions("popgym", None)
+    assert not evaluate.samples_actions("atari", None)
+    assert evaluate.samples_actions("atari", True) and not evaluate.samples_actions("maze", False)
+    assert evaluate.load(["x.pt"]).sample is None
+    assert evaluate.load(["x.pt", "--sample"]).sample is True and evaluate.load(["x.pt", "--argmax"]).sample is False
+    with pytest.raises(evaluate.ConfigError):
+        evaluate.load(["x.pt", "--sample", "--argmax"])
+
+
+def test_help_names_every_type(capsys):
+    with pytest.raises(SystemExit):
+        evaluate.make_parser().parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "<function" not in text and "Literal['full', 'no_core_state', 'none']" in text
+
+
+def test_a_maze_checkpoint_scores_above_random_with_the_default_policy(tmp_path):
+    """The issue's case: a 50K-step lstm run. Sampled actions (the maze's default) play what the
+    policy learned; random play scores 8.72 (docs/environments.md)."""
+    from launch.maze import ENTRY
+    from agents.learning.learner import train
+
+    run_dir = tmp_path / "maze-lstm"
+    train(ENTRY.load(["--core", "lstm", "--total_steps", "50000", "--run_dir", str(run_dir)]))
+    (result,) = evaluate.main([str(run_dir), "--runs", "2", "--episodes", "8", "--workers", "1",
+                               "--out", str(tmp_path / "eval")])
+    assert result["policy"] == "sample" and result["mean"] > 8.72 * 2
 
 
 class _CountingModel:

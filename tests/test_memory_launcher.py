@@ -33,10 +33,26 @@ def test_suite_runs_every_env_and_writes_the_table(suite, metric, tmp_path):
     assert [r["value"] for r in again] == pytest.approx([r["value"] for r in results], nan_ok=True)
 
 
-def test_unknown_suite_is_a_config_error(capsys):
+def test_one_env_of_a_suite_reports_its_steps_and_where_it_wrote(tmp_path, capsys):
+    """``--suite SUITE/ENV`` runs that env alone; a budget of 500 with batches of 4 x 8 = 32 steps
+    ends at 512 steps, which the table gives; the output names the files written."""
+    pytest.importorskip("popgym")
+    run_dir = str(tmp_path / "{suite}" / "{env}-{core}")
+    (result,) = memory.main(["--suite", "popgym/CountRecallEasy", "--total_steps", "500", "--run_dir", run_dir, *TINY])
+    assert result["env"] == "CountRecallEasy" and result["steps"] == 512
+    out = capsys.readouterr().out
+    for name in ("CountRecallEasy-lstm.png", "results-lstm.csv", "results-lstm.md"):
+        assert f"{tmp_path / 'popgym' / name}" in out
+    assert "| popgym | CountRecallEasy | lstm | 512 |" in (tmp_path / "popgym" / "results-lstm.md").read_text()
+
+
+@pytest.mark.parametrize("suite,message", [("atari57", "--suite: expected one of 'popgym'"),
+                                           ("popgym/Nope", "--suite: popgym has no env 'Nope'; its envs: "),
+                                           ("all/CountRecallEasy", "or SUITE/ENV; got 'all/CountRecallEasy'")])
+def test_an_unknown_suite_or_env_is_a_config_error(suite, message, capsys):
     with pytest.raises(SystemExit) as stop:
-        memory.main(["--suite", "atari57"])
-    assert stop.value.code == 2 and "--suite: expected one of 'popgym'" in capsys.readouterr().err
+        memory.main(["--suite", suite])
+    assert stop.value.code == 2 and message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["CountRecallEasy", "AutoencodeEasy", "memory_len_30", "memory_len_60",

@@ -3,6 +3,7 @@ import importlib
 import json
 
 import matplotlib.colors
+import matplotlib.image
 import matplotlib.figure
 import pytest
 import yaml
@@ -84,3 +85,35 @@ def test_capacity_plots_final_valid_loss_against_num_keys(tmp_path, saved_figure
     load_script("plot_supervised").main(["capacity", f"elu={tmp_path}/elu_S*", "--out", str(tmp_path / "c.png")])
     (label, xs, ys), = saved_figures[0]["lines"][0][:1]
     assert label == "elu" and xs == [20, 40, 80] and ys == [1e-5, 1e-4, 0.1]
+
+
+@pytest.mark.parametrize("argv", [["plot", "{missing}"], ["plot", "{run}", "--metric", "mean_retrun"],
+                                  ["plot_supervised", "curves", "x={missing}", "--out", "{tmp}/x.png"],
+                                  ["plot_supervised", "curves", "x={run}", "--metric", "valid/nope",
+                                   "--out", "{tmp}/x.png"],
+                                  ["plot_supervised", "capacity", "x={missing}*", "--out", "{tmp}/x.png"]])
+def test_plots_refuse_a_missing_run_or_an_unknown_metric_in_one_line(tmp_path, capsys, argv):
+    """Exit code 2 and one line on stderr that names the problem, and no figure written."""
+    write_run(tmp_path / "run", [(100, {"mean_return": 1.0})])
+    script, *args = argv
+    args = [a.format(missing=tmp_path / "no-such-run", run=tmp_path / "run", tmp=tmp_path) for a in args]
+    with pytest.raises(SystemExit) as e:
+        load_script(script).main(args)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("error: ")
+    assert ("no-such-run" in err) or ("mean_retrun" in err and "mean_return" in err) or ("valid/nope" in err)
+    assert not list(tmp_path.rglob("*.png"))
+
+
+def test_plot_writes_into_the_first_run_by_default_at_the_dpi_asked(tmp_path, capsys, saved_figures):
+    write_run(tmp_path / "a", [(100, {"mean_return": 1.0})])
+    write_run(tmp_path / "b", [(100, {"mean_return": 2.0})])
+    plot = load_script("plot")
+    plot.main([str(tmp_path / "a"), str(tmp_path / "b")])
+    out = tmp_path / "a" / "curves.png"
+    assert saved_figures[0]["path"] == str(out) and f"wrote {out}" in capsys.readouterr().out
+    small, large = tmp_path / "small.png", tmp_path / "large.png"
+    plot.main([str(tmp_path / "a"), "--dpi", "40", "-o", str(small)])
+    plot.main([str(tmp_path / "a"), "--dpi", "160", "-o", str(large)])
+    width = {p: matplotlib.image.imread(str(p)).shape[1] for p in (small, large)}
+    assert width[large] == pytest.approx(4 * width[small], rel=0.05)

@@ -60,6 +60,28 @@ def test_schedule_warms_up_then_decays_linearly():
     assert lrs == pytest.approx(expected)
 
 
+def test_a_resume_with_a_longer_budget_steps_at_the_stretched_schedules_lr(tmp_path):
+    """The issue-44 case: a run that decayed its lr to 0 over 10 updates, resumed with a budget of
+    20, takes its next step at lr x (1 - 10/20), logs that lr, and moves its weights."""
+    cfg = OptimConfig(name="adam", lr=0.1, lr_decay=True)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    first = Trainer(model, cfg, 10, str(tmp_path), config=cfg)
+
+    def loss():
+        return (model(torch.ones(4, 3)) ** 2).mean(), {}
+
+    logged = [first.update(loss)["lr"] for _ in range(10)]
+    assert logged == pytest.approx([0.1 * (1 - u / 10) for u in range(10)])
+    first.save({"step": 10})
+    resumed = Trainer(model, cfg, 20, str(tmp_path), config=cfg)
+    assert resumed.resume(torch.device("cpu")) is not None
+    before = [p.detach().clone() for p in model.parameters()]
+    assert resumed.update(loss)["lr"] == pytest.approx(0.05)
+    assert not any(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert resumed.update(loss)["lr"] == pytest.approx(0.1 * (1 - 11 / 20))
+
+
 def test_a_nan_loss_mid_run_stops_the_run_and_keeps_a_finite_checkpoint(tmp_path, monkeypatch, capsys):
     """The loss turns NaN after 6 updates: the run skips those updates, stops after
     max_nonfinite_steps of them with one line and exit code 1, and its checkpoint is finite."""

@@ -144,9 +144,25 @@ def read_csv(path: str) -> list[dict[str, Any]]:
                 for row in csv.DictReader(f)]
 
 
+def read_run_log(run: str) -> tuple[str, list[dict[str, Any]]]:
+    """(label, rows) of a run directory's ``logs.csv`` or of a CSV file; the label is the run
+    directory's name (the file's, for a CSV file elsewhere). A path that holds no log is a
+    :class:`agents.errors.UsageError`."""
+    from agents.errors import UsageError
+
+    path = os.path.join(run, CSV_NAME) if os.path.isdir(run) else run
+    if not os.path.isfile(path):
+        raise UsageError(f"{run}: no such run directory or CSV file" if not os.path.exists(run)
+                         else f"{run} holds no {CSV_NAME} (has the run logged anything yet?)")
+    label = os.path.basename(os.path.dirname(os.path.abspath(path)) if path.endswith(CSV_NAME) else path)
+    return label, read_csv(path)
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}"
+    if isinstance(value, float) and math.isnan(value):
+        return "—"  # e.g. mean_return before the first episode has ended
     if isinstance(value, float):
         return f"{value:.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
     return str(value)

@@ -112,6 +112,11 @@ class Trainer:
         if found is not None:
             path, payload = found
             self.saved_step = int(payload["counters"]["step"])
+            # The optimiser's saved lr is the old schedule's (0 at its end); a longer budget
+            # (run.total_steps, train.max_steps) stretches the schedule, so the next step takes its lr
+            schedule, update = self.scheduler.lr_lambdas[0], self.scheduler.last_epoch
+            for group, base_lr in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
+                group["lr"] = base_lr * schedule(update)
             print(f"resuming from {path} at step {self.saved_step:,}", flush=True)
         try:
             os.makedirs(self.run_dir, exist_ok=True)
@@ -137,7 +142,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.optim_cfg.grad_clip or math.inf)
-        lr = self.scheduler.get_last_lr()[0]
+        lr = self.optimizer.param_groups[0]["lr"]  # what this step uses
         metrics = {"loss": loss.item(), **{k: v.item() for k, v in terms.items()}, "grad_norm": grad_norm.item(),
                    "lr": lr}
         if math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_norm"]):
