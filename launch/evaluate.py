@@ -236,8 +236,8 @@ def evaluate(paths: list[str], runs: int = 5, episodes: int = 30, sample: bool |
     """Score every checkpoint in ``paths``; one result dict per checkpoint (see :func:`summarize`)."""
     infos = [describe(p) for p in paths]
     jobs = [{"checkpoint": info["checkpoint"], "run": r, "episodes": episodes, "envs_per_run": envs_per_run,
-             "sample": samples_actions(info["env"], sample), "seed": seed, "env_overrides": dict(env_overrides or {}), "device": device,
-             "memory": memory}
+             "sample": samples_actions(info["env"], sample), "seed": seed,
+             "env_overrides": dict(env_overrides or {}), "device": device, "memory": memory}
             for info in infos for r in range(runs)]
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     done_jobs: list[dict[str, Any]] = []
@@ -254,7 +254,8 @@ def evaluate(paths: list[str], runs: int = 5, episodes: int = 30, sample: bool |
     for info in infos:
         mine = sorted((j for j in done_jobs if j["checkpoint"] == info["checkpoint"]), key=lambda j: j["run"])
         per_run = [{"run": j["run"], "scores": j["scores"], "lengths": j["lengths"]} for j in mine]
-        results.append({**info, "policy": "sample" if samples_actions(info["env"], sample) else "argmax", "memory": memory, "seed": seed,
+        policy = "sample" if samples_actions(info["env"], sample) else "argmax"
+        results.append({**info, "policy": policy, "memory": memory, "seed": seed,
                         "env_overrides": dict(env_overrides or {}), "ddof": ddof,
                         **summarize(per_run, ddof), "per_run": per_run})
     return results

@@ -195,8 +195,8 @@ def test_help_names_every_type(capsys):
 def test_a_maze_checkpoint_scores_above_random_with_the_default_policy(tmp_path):
     """The issue's case: a 50K-step lstm run. Sampled actions (the maze's default) play what the
     policy learned; random play scores 8.72 (docs/environments.md)."""
-    from launch.maze import ENTRY
     from agents.learning.learner import train
+    from launch.maze import ENTRY
 
     run_dir = tmp_path / "maze-lstm"
     train(ENTRY.load(["--core", "lstm", "--total_steps", "50000", "--run_dir", str(run_dir)]))

@@ -3,8 +3,8 @@ import importlib
 import json
 
 import matplotlib.colors
-import matplotlib.image
 import matplotlib.figure
+import matplotlib.image
 import pytest
 import yaml
 
