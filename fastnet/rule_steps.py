@@ -1,6 +1,7 @@
-"""Single steps of the fast-weight update rules, in PyTorch. This module imports nothing from fastnet, so
-that the references in ``fastnet.kernels.*.naive``, :mod:`fastnet.recurrent` and the tests build on them
-without an import cycle (:mod:`fastnet.rules` holds the sequence ops, which dispatch to those references).
+"""Single steps of the delta rule in PyTorch, on which the CPU sequence ops of
+``fastnet.kernels.*.naive``, :mod:`fastnet.recurrent` and the tests build. It imports nothing
+from fastnet, so none of them meets an import cycle (:mod:`fastnet.rules` holds the sequence
+ops, which dispatch to those CPU paths or to the kernels).
 
 Shapes: W [B,H,dv,dk] (value × key), k [B,H,dk], v [B,H,dv], β [B,H].
 Equation numbers refer to Schlag, Irie & Schmidhuber (2021), "Linear Transformers Are
@@ -11,11 +12,6 @@ from __future__ import annotations
 from typing import Optional
 
 from torch import Tensor
-
-
-def sum_rule_step(W: Tensor, k: Tensor, v: Tensor, beta: Optional[Tensor] = None) -> Tensor:
-    """Linear Transformer update (Eq. 17): W_t = W_{t-1} + v_t ⊗ k_t. β is ignored."""
-    return W + v.unsqueeze(-1) * k.unsqueeze(-2)
 
 
 def head_matvec(W: Tensor, x: Tensor) -> Tensor:
@@ -33,9 +29,3 @@ def delta_rule_step(W: Tensor, k: Tensor, v: Tensor, beta: Tensor, key_scale: Op
     if key_scale is not None:
         v_old = v_old * key_scale.unsqueeze(-1)
     return W + (beta.unsqueeze(-1) * (v - v_old)).unsqueeze(-1) * k.unsqueeze(-2)
-
-
-def gated_rule_step(W: Tensor, k: Tensor, v: Tensor, beta: Tensor) -> Tensor:
-    """Peng et al.'s gated rule (appendix Eq. 52): W_t = (1 - β) W_{t-1} + β v ⊗ k."""
-    b = beta[..., None, None]
-    return (1 - b) * W + b * v.unsqueeze(-1) * k.unsqueeze(-2)

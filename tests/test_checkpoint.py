@@ -23,7 +23,7 @@ from agents.errors import (
 from agents.learning import checkpoint
 from agents.learning.checkpoint import (
     check_same_run,
-    latest_checkpoint,
+    checkpoints,
     load_checkpoint,
     load_latest_good,
     save_checkpoint,
@@ -46,12 +46,12 @@ def test_roundtrip_and_milestones(tmp_path):
     model = _save(tmp_path, 7, milestone=True)
     assert os.path.exists(tmp_path / "checkpoint-7.pt")
     other = torch.nn.Linear(3, 2)
-    payload = load_checkpoint(latest_checkpoint(str(tmp_path)), model=other)
+    payload = load_checkpoint(checkpoints(str(tmp_path))[0], model=other)
     assert payload["counters"]["step"] == 7 and payload["config"] == {"core": "lstm"}
     assert torch.equal(other.weight, model.weight)
     os.remove(tmp_path / "checkpoint.pt")
-    assert latest_checkpoint(str(tmp_path)).endswith("checkpoint-7.pt")
-    assert latest_checkpoint(str(tmp_path / "none")) is None
+    assert checkpoints(str(tmp_path))[0].endswith("checkpoint-7.pt")
+    assert checkpoints(str(tmp_path / "none")) == []
 
 
 def test_disk_full_is_one_line_and_keeps_previous(tmp_path, monkeypatch):
@@ -121,7 +121,7 @@ def test_killed_write_keeps_previous(tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", code])
     assert result.returncode == -9
-    assert load_checkpoint(latest_checkpoint(str(tmp_path)))["counters"]["step"] == 1
+    assert load_checkpoint(checkpoints(str(tmp_path))[0])["counters"]["step"] == 1
     _save(tmp_path, 3)  # the next save clears the killed writer's temp file
     assert [p for p in os.listdir(tmp_path) if p.startswith(".tmp")] == []
 
@@ -167,7 +167,7 @@ def test_non_finite_state_is_never_saved(tmp_path):
     with pytest.raises(NonFiniteStateError, match="optimizer.state.0.exp_avg holds"):
         save_checkpoint(str(tmp_path), model=torch.nn.Linear(3, 2), optimizer=opt, scheduler=None,
                         counters={"step": 3}, config={})
-    assert load_checkpoint(latest_checkpoint(str(tmp_path)))["counters"]["step"] == 1
+    assert load_checkpoint(checkpoints(str(tmp_path))[0])["counters"]["step"] == 1
     assert sorted(os.listdir(tmp_path)) == ["checkpoint.pt"]
 
 

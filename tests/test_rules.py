@@ -5,7 +5,7 @@ from torch.autograd import gradcheck
 
 from fastnet.feature_maps import elu_plus_one, sum_normalise
 from fastnet.kernels.fast_weight import naive
-from fastnet.rule_steps import delta_rule_step, gated_rule_step, sum_rule_step
+from fastnet.rule_steps import delta_rule_step
 from fastnet.rules import FastWeightSequence, delta_rule_writes, fast_weight_sequence, householder_sequence
 
 torch.manual_seed(0)
@@ -115,14 +115,16 @@ def test_appendix_b_gated_rule_scales_unrelated_association():
     v1, v2, v3 = torch.randn(3, 4, dtype=torch.float64)
     W = (torch.outer(v1, k1) + torch.outer(v2, k2))[None, None]
     beta = torch.tensor([[0.3]], dtype=torch.float64)
-    W_new = gated_rule_step(W, k2[None, None], v3[None, None], beta)[0, 0]
+    _, W_new = fast_weight_sequence("gated", k2[None, None, None], k2[None, None, None], v3[None, None, None],
+                                    beta[None], initial_state=W)  # one write, as the sequence op makes it
+    W_new = W_new[0, 0]
     torch.testing.assert_close(W_new @ k1, 0.7 * v1)
     torch.testing.assert_close(W_new @ k2, 0.7 * v2 + 0.3 * v3)
 
 
-def test_sum_rule_step_adds_outer_product():
-    k, v = torch.tensor([[[1.0, 2.0]]]), torch.tensor([[[3.0, -1.0, 0.5]]])
-    W = sum_rule_step(torch.zeros(1, 1, 3, 2), k, v)[0, 0]
+def test_sum_rule_adds_outer_product():
+    k, v = torch.tensor([[[[1.0, 2.0]]]]), torch.tensor([[[[3.0, -1.0, 0.5]]]])
+    W = fast_weight_sequence("sum", k, k, v)[1][0, 0]
     torch.testing.assert_close(W, torch.tensor([[3.0, 6.0], [-1.0, -2.0], [0.5, 1.0]]))
 
 

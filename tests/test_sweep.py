@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agents.errors import ConfigError
-from agents.learning.checkpoint import latest_checkpoint, read_checkpoint
+from agents.learning.checkpoint import checkpoints, read_checkpoint
 from agents.learning.logger import CSV_NAME, read_csv
 from launch import sweep
 
@@ -108,7 +108,7 @@ def test_killed_sweep_resumes_without_redoing_finished_trials_and_writes_the_tab
                 "checkpoint mtime": os.stat(paths["checkpoint.pt"]).st_mtime_ns}
 
     before = snapshot(finished)
-    resume_step = read_checkpoint(latest_checkpoint(runs[killed]))["counters"]["step"]
+    resume_step = read_checkpoint(checkpoints(runs[killed])[0])["counters"]["step"]
     assert 0 < resume_step < TOTAL_STEPS
     lines = Path(runs[killed], CSV_NAME).read_text().splitlines()
     kept = [lines[0]] + [line for line in lines[1:] if int(line.split(",")[0]) <= resume_step]

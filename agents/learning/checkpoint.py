@@ -187,12 +187,6 @@ def checkpoints(directory: str) -> list[str]:
     return latest + [p for _, p in sorted(_previous(directory))] + [p for _, p in sorted(milestones, reverse=True)]
 
 
-def latest_checkpoint(directory: str) -> str | None:
-    """The newest checkpoint in ``directory`` (the first of :func:`checkpoints`), or None."""
-    found = checkpoints(directory)
-    return found[0] if found else None
-
-
 def _settings(current: Any, saved: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any, Any]]:
     """(dotted key, value in ``saved``, value in the config dataclass ``current``) for every
     setting both have; config sections recurse, free-form dicts (core_options) are one value."""

@@ -15,6 +15,12 @@ config system calls it) or else from the environment variable ``DELTABEAST_KERNE
   reference from then on; the others take Triton.
 
 Sequence ops ask :func:`use_triton` (op name, tensor) before each call.
+
+Why the mode is held per process rather than passed: it describes the process's hardware and
+the health of its kernels (the self-check's findings are cached here), as
+``torch.backends.cudnn.enabled`` does. Passing it would thread one flag through every core's
+``forward`` and every autograd function for a choice that cannot differ between two calls of
+one process. The learner sets it once at start-up (``run.kernels``); tests set it per test.
 """
 from __future__ import annotations
 
