@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from fastnet.feature_maps import FeatureMap
-from fastnet.kernels.srwm.naive import srwm_rows
+from fastnet.kernels.srwm.pytorch import srwm_rows
 from fastnet.recurrent import delta_lstm_step, delta_rnn_sequence, rec_delta_sequence, srwm_sequence
 from fastnet.rules import RuleName, fast_weight_sequence, householder_sequence
 from fastnet.state import State, reset_state, reset_steps
@@ -283,7 +283,7 @@ class HouseholderLayer(nn.Module):
 
 class SRWMLayer(nn.Module):
     """Self-referential weight matrix sublayer (Irie, Schlag, Csordás & Schmidhuber, ICML 2022,
-    Eqs. 5-8; :mod:`fastnet.kernels.srwm.naive`): a bias-free projection to H heads of size d, one
+    Eqs. 5-8; :mod:`fastnet.kernels.srwm.pytorch`): a bias-free projection to H heads of size d, one
     self-modifying matrix W ∈ R^{(3d+4)×d} per head, and a bias-free output Linear.
 
     W_0 [H,3d+4,d] is a learned slow parameter, drawn from N(0, 1/d). The state is D = W - W_0

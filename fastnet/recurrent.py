@@ -3,7 +3,7 @@
 Irie, Schlag, Csordás & Schmidhuber (2021), "Going Beyond Linear Transformers with
 Recurrent Fast Weight Programmers"; equations as written out in docs/cores.md and the
 appendix (Delta LSTM Version D, Eqs. 36-40). These recurrences have no parallel form: the
-references are step loops differentiated by autograd (``fastnet.kernels.recurrent_cores.naive``
+references are step loops differentiated by autograd (``fastnet.kernels.recurrent_cores.pytorch``
 for rec_delta and delta_rnn); the rec_delta and delta_rnn sequence functions run fused Triton
 kernels where ``fastnet.kernels.dispatch.use_triton`` says so.
 
@@ -21,13 +21,13 @@ from torch import Tensor
 from fastnet.kernels._common import SRWM_HEAD_SIZES
 from fastnet.kernels.dispatch import use_triton
 from fastnet.kernels.ops import supported
-from fastnet.kernels.recurrent_cores.naive import (
+from fastnet.kernels.recurrent_cores.pytorch import (
     delta_rnn_reference,
     delta_rnn_step,
     rec_delta_reference,
     rec_delta_step,
 )
-from fastnet.kernels.srwm.naive import srwm_reference
+from fastnet.kernels.srwm.pytorch import srwm_reference
 from fastnet.rule_steps import delta_rule_step, head_matvec
 
 __all__ = ["rec_delta_step", "rec_delta_sequence", "delta_rnn_step", "delta_rnn_sequence", "delta_lstm_step",
@@ -89,7 +89,7 @@ def delta_lstm_step(
 def srwm_sequence(x: Tensor, W0: Tensor, done: Tensor, D0: Tensor) -> tuple[Tensor, Tensor]:
     """The self-referential weight matrix (Irie et al. 2022, Eqs. 5-8) over [T,B,H,d] inputs, from the
     carried state D0 = W - W0 [B,H,3d+4,d]; returns (y [T,B,H,d], D_T). Where ``done`` is set, W resets to
-    the learned W0 [H,3d+4,d]. See :mod:`fastnet.kernels.srwm.naive`."""
+    the learned W0 [H,3d+4,d]. See :mod:`fastnet.kernels.srwm.pytorch`."""
     if use_triton("srwm", x, supported(x, x.shape[-1]) and x.shape[-1] in SRWM_HEAD_SIZES):
         from fastnet.kernels.ops import fused_recurrent_srwm
 

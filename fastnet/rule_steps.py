@@ -1,5 +1,5 @@
 """Single steps of the delta rule in PyTorch, on which the CPU sequence ops of
-``fastnet.kernels.*.naive``, :mod:`fastnet.recurrent` and the tests build. It imports nothing
+``fastnet.kernels.*.pytorch``, :mod:`fastnet.recurrent` and the tests build. It imports nothing
 from fastnet, so none of them meets an import cycle (:mod:`fastnet.rules` holds the sequence
 ops, which dispatch to those CPU paths or to the kernels).
 

@@ -9,7 +9,7 @@ The sequence ops :func:`fast_weight_sequence` (sum, delta, gated) and
 :func:`householder_sequence` (Gated DeltaNet, DeltaProduct) run T steps with resets and read
 the memory after each write (y_t = W_t q_t, Eq. 25). Each runs the Triton kernel of
 ``fastnet.kernels`` where :func:`fastnet.kernels.dispatch.use_triton` says so (CUDA tensors,
-kernels mode auto or triton), else its PyTorch reference in ``fastnet.kernels.fast_weight.naive``:
+kernels mode auto or triton), else its PyTorch reference in ``fastnet.kernels.fast_weight.pytorch``:
 for the sum, delta and gated rules a custom autograd Function whose backward walks back in time
 and *undoes* each update to recover W_{t-1} (appendix F), so the fast weights cost
 O(B·H·dv·dk) memory whatever T is; for Gated DeltaNet and DeltaProduct the chunked form (WY
@@ -24,8 +24,8 @@ import torch
 from torch import Tensor
 
 from fastnet.kernels.dispatch import use_triton
-from fastnet.kernels.fast_weight import naive
-from fastnet.kernels.fast_weight.naive import FastWeightSequence
+from fastnet.kernels.fast_weight import pytorch
+from fastnet.kernels.fast_weight.pytorch import FastWeightSequence
 from fastnet.kernels.ops import CHUNK_MIN_T, supported
 
 RuleName = Literal["sum", "delta", "gated"]
@@ -86,7 +86,7 @@ def delta_rule_writes(k: Tensor, v: Tensor, beta: Tensor, g: Optional[Tensor] = 
     sum of g, and the write factors u solve the unit lower-triangular system
     u_i + β_i Σ_{j<i} exp(G_i - G_j) (k_i·k_j) u_j = β_i v_i: the WY form / UT transform of the chunked
     kernels (``fastnet.kernels.fast_weight.chunk``) and of the CPU reference
-    (:func:`fastnet.kernels.fast_weight.naive.householder_sequence`), here over the whole sequence as one
+    (:func:`fastnet.kernels.fast_weight.pytorch.householder_sequence`), here over the whole sequence as one
     chunk, with its helpers. A few batched products and one triangular solve replace N autograd steps, so
     models that write a memory and then read it once (the retrieval memories of ``agents.learning.supervised``)
     train in seconds, not hours.
@@ -100,8 +100,8 @@ def delta_rule_writes(k: Tensor, v: Tensor, beta: Tensor, g: Optional[Tensor] = 
     k, v, beta = k.transpose(0, 1), v.transpose(0, 1), beta.t()            # [B,N,*]
     N = k.shape[1]
     causal = torch.ones(N, N, dtype=torch.bool, device=k.device).tril()
-    E = naive.decay_matrix(None if g is None else g.t().cumsum(-1), causal, k.dtype)  # exp(G_i - G_j), j <= i
-    u = naive.unit_lower_solve(beta.unsqueeze(-1) * (k @ k.transpose(1, 2)) * E, beta.unsqueeze(-1) * v)
+    E = pytorch.decay_matrix(None if g is None else g.t().cumsum(-1), causal, k.dtype)  # exp(G_i - G_j), j <= i
+    u = pytorch.unit_lower_solve(beta.unsqueeze(-1) * (k @ k.transpose(1, 2)) * E, beta.unsqueeze(-1) * v)
     return (E[..., -1, :, None] * u).transpose(1, 2) @ k                   # Σ_i exp(G_N - G_i) u_i ⊗ k_i
 
 
@@ -113,7 +113,7 @@ def householder_sequence(
 
     Per step, after the reset: W <- exp(g_t) W (Gated DeltaNet, Yang et al. 2025, Eq. 10; no decay
     when ``g`` is None), then n_h delta-rule writes W <- W + β_j (v_j - W k_j) ⊗ k_j (DeltaProduct,
-    Siems et al. 2025), then y_t = W q_t. See :func:`fastnet.kernels.fast_weight.naive.householder_sequence`.
+    Siems et al. 2025), then y_t = W q_t. See :func:`fastnet.kernels.fast_weight.pytorch.householder_sequence`.
 
     Args:
         q: [T,B,H,dk]; k: [T,B,H,n_h,dk]; v: [T,B,H,n_h,dv]; beta: [T,B,H,n_h];
@@ -142,4 +142,4 @@ def householder_sequence(
             v.transpose(0, 1).transpose(2, 3).flatten(1, 2), beta.transpose(0, 1).transpose(2, 3).flatten(1, 2),
             long_g, initial_state, long_done)
         return y[:, n - 1::n].transpose(0, 1), state
-    return naive.householder_sequence(q, k, v, beta, g, done, initial_state)
+    return pytorch.householder_sequence(q, k, v, beta, g, done, initial_state)

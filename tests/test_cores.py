@@ -152,7 +152,7 @@ def test_srwm_resets_to_its_learned_w0():
     """srwm's fast weights restart from the learned W_0 (Irie et al. 2022), not from zero: right after a
     reset, the first layer's output heads are the first d rows of W_0 x_t (a zero W would give 0), and
     W_0 gets a gradient through the steps after the reset."""
-    from fastnet.kernels.srwm.naive import srwm_step
+    from fastnet.kernels.srwm.pytorch import srwm_step
 
     core = build("srwm")
     layer = core.layers[0]

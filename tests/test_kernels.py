@@ -82,7 +82,7 @@ def test_fused_recurrent_matches_reference(rule, dk, dv, T, bv):
 
 
 # ----------------------------------------------------------------------------- gated_delta (Gated DeltaNet)
-from fastnet.kernels.fast_weight.naive import householder_sequence  # noqa: E402
+from fastnet.kernels.fast_weight.pytorch import householder_sequence  # noqa: E402
 
 
 def gated_delta_inputs(B, T, H, dk, dv, gen):
@@ -233,7 +233,7 @@ def test_delta_rnn_matches_reference(dk, dv, T):
 
 
 # ----------------------------------------------------------------------------- srwm
-from fastnet.kernels.srwm.naive import srwm_reference, srwm_rows  # noqa: E402
+from fastnet.kernels.srwm.pytorch import srwm_reference, srwm_rows  # noqa: E402
 
 
 def srwm_inputs(B, T, H, d, gen):

@@ -4,7 +4,7 @@ import torch
 from torch.autograd import gradcheck
 
 from fastnet.feature_maps import elu_plus_one, sum_normalise
-from fastnet.kernels.fast_weight import naive
+from fastnet.kernels.fast_weight import pytorch
 from fastnet.rule_steps import delta_rule_step
 from fastnet.rules import FastWeightSequence, delta_rule_writes, fast_weight_sequence, householder_sequence
 
@@ -247,8 +247,8 @@ def test_chunked_householder_matches_the_step_loop(n, gated, steps, chunk_writes
     if gated:
         g[steps // 2, 1, 1] = -800.0
     inputs = [x.requires_grad_() if x is not None else None for x in (q, k, v, beta, g, W0)]
-    got = outputs_and_grads(lambda *a: naive.HouseholderChunks.apply(*a, chunk_writes), inputs, done)
-    want = outputs_and_grads(naive.householder_loop, inputs, done)
+    got = outputs_and_grads(lambda *a: pytorch.HouseholderChunks.apply(*a, chunk_writes), inputs, done)
+    want = outputs_and_grads(pytorch.householder_loop, inputs, done)
     for a, b in zip(got, want):
         assert torch.isfinite(a).all()
         torch.testing.assert_close(a, b)
@@ -266,8 +266,8 @@ def test_chunked_householder_saves_the_inputs_and_one_state_per_chunk():
         return sum(sizes)
 
     inputs = sum(x.numel() for x in (q, k, v, beta, g, done))
-    assert saved_numel(lambda *a: naive.householder_sequence(*a, chunk_writes=32)) == inputs + 4 * W0.numel()
-    assert saved_numel(naive.householder_loop) > 64 * 2 * W0.numel()
+    assert saved_numel(lambda *a: pytorch.householder_sequence(*a, chunk_writes=32)) == inputs + 4 * W0.numel()
+    assert saved_numel(pytorch.householder_loop) > 64 * 2 * W0.numel()
 
 
 def test_householder_sequence_takes_bfloat16_on_the_cpu():
@@ -350,7 +350,7 @@ def srwm_loop(x, W0, done, D0):
 
 
 def test_srwm_reference_matches_loop():
-    from fastnet.kernels.srwm.naive import srwm_reference
+    from fastnet.kernels.srwm.pytorch import srwm_reference
 
     d = 3
     x = torch.randn(T, B, H, d, dtype=torch.float64)

@@ -1,8 +1,11 @@
 """Triton GPU kernels for the fast-weight cores, each beside its PyTorch reference.
 
-Layout (as fla's ``ops/*/naive.py``): ``fast_weight/`` holds ``naive.py`` (the sum / delta /
-gated rules, Gated DeltaNet and DeltaProduct in PyTorch), ``fused_recurrent.py`` and ``chunk.py``;
-``recurrent_cores/`` and ``srwm/`` hold ``naive.py`` and ``fused_recurrent.py``. Which one a core
+Layout (fla's ``ops/<op>/``, with one difference): ``fast_weight/`` holds ``pytorch.py`` (the sum /
+delta / gated rules, Gated DeltaNet and DeltaProduct in PyTorch), ``fused_recurrent.py`` and
+``chunk.py``; ``recurrent_cores/`` and ``srwm/`` hold ``pytorch.py`` and ``fused_recurrent.py``.
+Where fla's ``naive.py`` is a plain reference, each ``pytorch.py`` is the production path on the
+CPU (autograd Functions with hand-written, memory-saving backward passes) and the reference the
+kernels are tested against; the tests check it in turn against float64 step loops. Which one a core
 runs is decided by :mod:`fastnet.kernels.dispatch` (``set_kernel_mode`` / ``$DELTABEAST_KERNELS``), whose
 self-check runs the cases of :mod:`fastnet.kernels.cases` (each kernel beside its reference).
 

@@ -19,9 +19,9 @@ import torch
 from torch import Tensor
 
 import fastnet.kernels.ops as ops  # not ``from fastnet.kernels import ops``: the package imports dispatch, then us
-from fastnet.kernels.fast_weight.naive import FastWeightSequence, householder_sequence
-from fastnet.kernels.recurrent_cores.naive import delta_rnn_reference, rec_delta_reference
-from fastnet.kernels.srwm.naive import srwm_reference, srwm_rows
+from fastnet.kernels.fast_weight.pytorch import FastWeightSequence, householder_sequence
+from fastnet.kernels.recurrent_cores.pytorch import delta_rnn_reference, rec_delta_reference
+from fastnet.kernels.srwm.pytorch import srwm_reference, srwm_rows
 
 SELF_CHECK_TOL = 1e-3  # relative error in fp32 on a tiny input; a broken kernel is off by O(1)
 

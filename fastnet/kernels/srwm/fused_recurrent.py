@@ -1,6 +1,6 @@
 """Fused recurrent Triton kernel for the self-referential weight matrix, forward and backward.
 
-Irie, Schlag, Csordás & Schmidhuber (2022), Eqs. 5-8 (see ``naive.py`` beside this file). One
+Irie, Schlag, Csordás & Schmidhuber (2022), Eqs. 5-8 (see ``pytorch.py`` beside this file). One
 program owns one (b, h) matrix W [3d+4, d], held in registers in fp32 as four tiles: the y, k and q
 rows ([d, d] each) and the β rows ([4, d]), so there are no padding rows; grid (B*H,). The state
 passed in and out is D = W - W0; a reset loads W0.
@@ -26,7 +26,7 @@ import triton.language as tl
 from fastnet.kernels._common import SRWM_HEAD_SIZES, check_device, check_dtype, check_head_size, seg_start
 from fastnet.kernels.fast_weight.fused_recurrent import _state_before_reset
 from fastnet.kernels.recurrent_cores.fused_recurrent import _softmax, pick_warps
-from fastnet.kernels.srwm.naive import srwm_rows
+from fastnet.kernels.srwm.pytorch import srwm_rows
 
 
 @triton.jit
@@ -297,7 +297,7 @@ class FusedSRWM(torch.autograd.Function):
 
 def fused_recurrent_srwm(x: torch.Tensor, W0: torch.Tensor, done: torch.Tensor | None = None,
                          D0: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The self-referential weight matrix over a batch-major sequence (see ``naive.srwm_reference``).
+    """The self-referential weight matrix over a batch-major sequence (see ``pytorch.srwm_reference``).
 
     Args:
         x: [B,T,H,d] (d in 16, 32, 64: see ``SRWM_HEAD_SIZES``), fp32 or bf16;
