@@ -12,8 +12,9 @@ import torch
 
 import envs
 from agents.actions import ActionSpace
-from agents.learning.losses import actor_critic_losses
+from agents.learning.losses import Unrolls, actor_critic_losses
 from agents.network import AgentNet
+from agents.run_config import LossConfig
 from launch import evaluate, train
 
 SIZES = (3, 4, 2)
@@ -40,9 +41,10 @@ def test_log_prob_and_entropy_are_sums_over_the_components_by_hand():
                 start += n
     np.testing.assert_allclose(space.log_prob(logits, actions).numpy(), want_log_prob, rtol=1e-12)
     assert space.entropy_sum(logits).item() == pytest.approx(want_entropy, rel=1e-12)
-    terms, _ = actor_critic_losses(logits, logits, actions, torch.zeros(5, 2, dtype=torch.float64),
-                                   torch.full((5, 2), 0.9, dtype=torch.float64), torch.zeros(5, 2, dtype=torch.float64),
-                                   torch.zeros(2, dtype=torch.float64), action_space=space)
+    terms, _ = actor_critic_losses(Unrolls(logits, logits, actions, torch.zeros(5, 2, dtype=torch.float64),
+                                           torch.full((5, 2), 0.9, dtype=torch.float64),
+                                           torch.zeros(5, 2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64),
+                                           action_space=space), LossConfig())
     assert terms["entropy"].item() == pytest.approx(want_entropy, rel=1e-12)
 
 

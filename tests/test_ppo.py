@@ -10,9 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from agents.learning.learner import compute_loss, learn_from_batch, minibatch_columns, select_trajectories
-from agents.learning.losses import actor_critic_losses
+from agents.learning.losses import Unrolls, actor_critic_losses
 from agents.learning.vtrace import gae, vtrace
 from agents.popart import PopArt
+from agents.run_config import LossConfig
 from tests.test_learner import fixed_batch, make, sgd_trainer
 
 
@@ -72,8 +73,8 @@ def test_clipped_surrogate_on_a_hand_worked_two_step_batch():
     actions = torch.tensor([[1], [1]])
     rewards, discounts = t(1.0, 2.0).view(2, 1), t(0.5, 0.5).view(2, 1)
     values, bootstrap = t(1.0, 2.0).view(2, 1).requires_grad_(), t(4.0)
-    terms, targets = actor_critic_losses(target.requires_grad_(), behaviour, actions, rewards, discounts, values,
-                                         bootstrap, clip=0.2)
+    terms, targets = actor_critic_losses(Unrolls(target.requires_grad_(), behaviour, actions, rewards, discounts,
+                                                 values, bootstrap), LossConfig(clip=0.2))
     # ratios r = π/μ: 0.75/0.5 = 1.5 and 0.5/0.75 = 2/3; ρ = c = min(1, r) = 1 and 2/3.
     # δ_1 = (2/3)(2 + 0.5·4 − 2) = 4/3 -> v_1 = 2 + 4/3 = 10/3
     # δ_0 = 1·(1 + 0.5·2 − 1) = 1;  v_0 − V_0 = δ_0 + γ c_0 (v_1 − V_1) = 1 + 0.5·1·(4/3) = 5/3 -> v_0 = 8/3
@@ -91,8 +92,8 @@ def test_clipped_surrogate_on_a_hand_worked_two_step_batch():
     terms["pg_loss"].backward(retain_graph=True)
     assert torch.count_nonzero(target.grad[0]) == 0
     np.testing.assert_allclose(target.grad[1, 0].numpy(), [2.0 / 3.0, -2.0 / 3.0], rtol=1e-12)
-    unclipped, _ = actor_critic_losses(target.detach().requires_grad_(), behaviour, actions, rewards, discounts,
-                                       values, bootstrap, clip=10.0)
+    unclipped, _ = actor_critic_losses(Unrolls(target.detach().requires_grad_(), behaviour, actions, rewards,
+                                               discounts, values, bootstrap), LossConfig(clip=10.0))
     assert unclipped["pg_loss"].item() == pytest.approx(-(r0 * a0 + r1 * a1), rel=1e-12)
 
 
@@ -100,18 +101,15 @@ def test_value_clipping_keeps_the_larger_error():
     values = torch.tensor([[1.0], [5.0]], dtype=torch.float64, requires_grad=True)
     old = torch.tensor([[0.0], [4.9]], dtype=torch.float64)
     logits = torch.zeros(2, 1, 2, dtype=torch.float64)
-    terms, targets = actor_critic_losses(logits, logits, torch.zeros(2, 1, dtype=torch.long),
-                                         torch.tensor([[0.0], [0.0]], dtype=torch.float64),
-                                         torch.zeros(2, 1, dtype=torch.float64), values,
-                                         torch.tensor([0.0], dtype=torch.float64), old_values=old, value_clip=0.5)
+    unrolls = Unrolls(logits, logits, torch.zeros(2, 1, dtype=torch.long), torch.zeros(2, 1, dtype=torch.float64),
+                      torch.zeros(2, 1, dtype=torch.float64), values, torch.tensor([0.0], dtype=torch.float64))
+    terms, targets = actor_critic_losses(unrolls, LossConfig(value_clip=0.5), old_values=old)
     # targets: v_s = r_s = 0 (γ = 0). Step 0: |0 − 1|² = 1 vs clipped V 0.5 -> 0.25: keep 1.
     # Step 1: |0 − 5|² = 25 vs clipped V 5.0 (within 0.5 of 4.9) -> 25.
     assert targets.flatten().tolist() == [0.0, 0.0]
     assert terms["baseline_loss"].item() == pytest.approx(0.5 * (1.0 + 25.0))
     old_far = torch.tensor([[3.0], [4.9]], dtype=torch.float64)  # V clipped to 2.5: error 6.25 > 1
-    terms, _ = actor_critic_losses(logits, logits, torch.zeros(2, 1, dtype=torch.long), torch.zeros(2, 1).double(),
-                                   torch.zeros(2, 1).double(), values, torch.zeros(1).double(), old_values=old_far,
-                                   value_clip=0.5)
+    terms, _ = actor_critic_losses(unrolls, LossConfig(value_clip=0.5), old_values=old_far)
     assert terms["baseline_loss"].item() == pytest.approx(0.5 * (6.25 + 25.0))
 
 
@@ -197,12 +195,14 @@ def test_popart_normalises_the_value_loss_and_the_advantages():
     the loss on targets scaled by 100 (values too) equals the loss on the unscaled ones."""
     torch.manual_seed(0)
     logits = torch.randn(4, 2, 3, dtype=torch.float64)
-    common = dict(behaviour_logits=logits + 0.1, actions=torch.randint(0, 3, (4, 2)),
+    common = dict(target_logits=logits, behaviour_logits=logits + 0.1, actions=torch.randint(0, 3, (4, 2)),
                   discounts=torch.full((4, 2), 0.9, dtype=torch.float64))
     rewards, values, boot = (torch.randn(4, 2).double(), torch.randn(4, 2).double(), torch.randn(2).double())
-    plain, _ = actor_critic_losses(logits, rewards=rewards, values=values, bootstrap_value=boot, **common)
-    scaled, _ = actor_critic_losses(logits, rewards=100 * rewards, values=100 * values, bootstrap_value=100 * boot,
-                                    value_scale=torch.tensor(100.0, dtype=torch.float64), **common)
+    plain, _ = actor_critic_losses(Unrolls(rewards=rewards, values=values, bootstrap_value=boot, **common),
+                                   LossConfig())
+    scaled, _ = actor_critic_losses(Unrolls(rewards=100 * rewards, values=100 * values, bootstrap_value=100 * boot,
+                                            **common), LossConfig(),
+                                    value_scale=torch.tensor(100.0, dtype=torch.float64))
     for key in ("pg_loss", "baseline_loss", "entropy"):
         assert scaled[key].item() == pytest.approx(plain[key].item(), rel=1e-10)
 

@@ -12,7 +12,8 @@ import torch
 import envs
 from agents.acting.actor import EnvRunner, create_buffers
 from agents.acting.inference import InferenceServer
-from agents.learning.learner import score_unrolls
+from agents.learning.learner import unrolls_of
+from agents.learning.losses import actor_critic_losses
 from launch.maze import load
 from tests.test_inference import _policy
 
@@ -61,7 +62,7 @@ def test_targets_bootstrap_a_truncation_and_stop_at_a_termination(estimator, lam
              "final_value": torch.tensor(np.concatenate([pad, final_value])),
              "action": torch.randint(0, A, (T + 1, N)), "logits": torch.cat([logits[:1], logits[:-1]])}
     baseline = torch.tensor(np.concatenate([values, bootstrap[None]]))
-    _, targets = score_unrolls(logits, baseline, batch, cfg, None)
+    _, targets = actor_critic_losses(unrolls_of(logits, baseline, batch, cfg, None), cfg.loss)
     np.testing.assert_allclose(targets.numpy(), want, rtol=1e-6)  # the discounts are float32
     no_cut = _targets_by_hand(rewards, done, np.zeros_like(truncated), final_value, values, bootstrap, lam)
     assert not np.allclose(want[:, [0, 2]], no_cut[:, [0, 2]]) and np.allclose(want[:, 1], no_cut[:, 1])

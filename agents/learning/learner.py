@@ -30,7 +30,7 @@ from agents.actions import ActionSpace
 from agents.config import options, to_dict
 from agents.errors import ActorError, ConfigError
 from agents.learning.logger import Logger, RecentMean
-from agents.learning.losses import actor_critic_losses, estimate_returns, total_loss
+from agents.learning.losses import Unrolls, actor_critic_losses, estimate_returns, total_loss
 from agents.learning.training import Trainer, configure_kernels, resolve_device
 from agents.network import AgentNet
 from agents.popart import PopArt
@@ -61,26 +61,14 @@ def rewards_and_discounts(batch: dict[str, Tensor], cfg: TrainConfig) -> tuple[T
     return rewards, (~batch["done"][1:]).float() * cfg.loss.discount
 
 
-def score_unrolls(logits: Tensor, baseline: Tensor, batch: dict[str, Tensor], cfg: TrainConfig,
-                  value_scale: Tensor | None, old_values: Tensor | None = None,
-                  action_space: ActionSpace | None = None,
-                  returns: tuple[Tensor, Tensor] | None = None) -> tuple[dict[str, Tensor], Tensor]:
-    """The loss terms and value targets [T, N] of :func:`run_unrolls`'s outputs: the logits and
-    baselines at 0..T-1 are scored against the actions a_0..a_{T-1} (stored at 1..T) and
+def unrolls_of(logits: Tensor, baseline: Tensor, batch: dict[str, Tensor], cfg: TrainConfig,
+               action_space: ActionSpace | None) -> Unrolls:
+    """What the loss scores in :func:`run_unrolls`'s outputs [T+1, N, ...]: the logits and
+    baselines at 0..T-1 against the actions a_0..a_{T-1} (stored at 1..T) and
     :func:`rewards_and_discounts`; the baseline at step T bootstraps (V(x_T) in Eq. 1)."""
-    loss_cfg = cfg.loss
     rewards, discounts = rewards_and_discounts(batch, cfg)
-    return actor_critic_losses(
-        logits[:-1], batch["logits"][1:], batch["action"][1:], rewards, discounts, baseline[:-1], baseline[-1],
-        **estimator_options(cfg), normalize_advantages=loss_cfg.normalize_advantages, value_scale=value_scale,
-        old_values=old_values, value_clip=loss_cfg.value_clip, action_space=action_space, returns=returns)
-
-
-def estimator_options(cfg: TrainConfig) -> dict[str, Any]:
-    """``loss``'s options of :func:`agents.learning.losses.estimate_returns` (V-trace's or GAE's)."""
-    loss_cfg = cfg.loss
-    return {"rho_bar": loss_cfg.rho_bar, "c_bar": loss_cfg.c_bar, "clip": loss_cfg.clip,
-            "estimator": loss_cfg.advantages, "gae_lambda": loss_cfg.gae_lambda}
+    return Unrolls(logits[:-1], batch["logits"][1:], batch["action"][1:], rewards, discounts, baseline[:-1],
+                   baseline[-1], action_space)
 
 
 @torch.no_grad()
@@ -91,11 +79,7 @@ def update_popart(popart: PopArt, logits: Tensor, features: Tensor, batch: dict[
     and rescale its head (van Hasselt et al. 2016, Algorithm 1: statistics first, then the
     gradient step, which then learns in the new normalisation). Returns the value targets and
     advantages, which the rescale leaves as they were (it keeps every value)."""
-    baseline = popart(features).squeeze(-1)
-    rewards, discounts = rewards_and_discounts(batch, cfg)
-    actions = batch["action"][1:]
-    log_rhos = action_space.log_prob(logits[:-1], actions) - action_space.log_prob(batch["logits"][1:], actions)
-    returns = estimate_returns(log_rhos, rewards, discounts, baseline[:-1], baseline[-1], **estimator_options(cfg))
+    returns = estimate_returns(unrolls_of(logits, popart(features).squeeze(-1), batch, cfg, action_space), cfg.loss)
     popart.update(returns[0])
     return returns
 
@@ -104,7 +88,7 @@ def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig, ol
                  popart_first: bool = False) -> tuple[Tensor, dict[str, Tensor]]:
     """The loss on a batch of unrolls: IMPALA's, or PPO's clipped surrogate with ``loss.clip``
     (:mod:`agents.learning.losses`), with the advantages and value targets computed here from
-    the values the network gives now (:func:`run_unrolls`, :func:`score_unrolls`). The core's aux
+    the values the network gives now (:func:`run_unrolls`, :func:`unrolls_of`). The core's aux
     losses (means over steps, e.g. MNM's meta loss) are multiplied by the T·N samples so that
     an aux weight of 1 weighs them per sample like the summed terms. ``old_values`` [T, N] are
     the values before the batch's first update (for ``loss.value_clip``). ``popart_first``:
@@ -115,8 +99,9 @@ def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig, ol
     popart = model.baseline if isinstance(model.baseline, PopArt) else None
     returns = update_popart(popart, logits, features, batch, cfg, model.action_space) if popart_first else None
     baseline = model.baseline(features).squeeze(-1)
-    losses, _ = score_unrolls(logits, baseline, batch, cfg, popart.sigma if popart is not None else None, old_values,
-                              model.action_space, returns)
+    losses, _ = actor_critic_losses(unrolls_of(logits, baseline, batch, cfg, model.action_space), cfg.loss,
+                                    value_scale=popart.sigma if popart is not None else None,
+                                    old_values=old_values, returns=returns)
     num_samples = baseline[:-1].numel()  # the loss terms are sums over T x N; aux losses are means
     loss = total_loss(losses, cfg.loss.baseline_cost, cfg.loss.entropy_cost,
                       {k: num_samples * v for k, v in aux.items()}, cfg.loss.aux_loss_weights)

@@ -2,103 +2,136 @@
 clip, the clipped surrogate of PPO (Schulman et al., 2017, Eq. 7) on the ratio of the current
 policy to the behaviour policy.
 
+Each piece reads on its own: :func:`vtrace_returns` and :func:`gae_returns` (the value targets
+and advantages of each estimator), :func:`policy_loss` (IMPALA's or PPO's), :func:`value_loss`
+(plain or clipped), and :func:`actor_critic_losses`, which scores :class:`Unrolls` with them
+under the ``loss`` config section.
+
 With a clip and V-trace, the advantage is r_s + γ_s v_{s+1} − V(x_s), without V-trace's ρ_s:
 the surrogate's ratio π/μ already weighs the sample by how far the policy moved, and ρ_s = min(ρ̄,
 π/μ) would count that move a second time. Sample Factory's APPO does multiply by ρ_s. GAE
 has no correction of its own, so it needs the clip (``check_config`` refuses it without one).
 
 Each term is a sum over the T × B samples (as in torchbeast). The advantages and value targets
-come from V-trace (:func:`agents.learning.vtrace.vtrace`) or GAE (:func:`agents.learning.vtrace.gae`),
-computed from the values the network gives now.
+are computed from the values the network gives now.
 """
 from __future__ import annotations
 
-from typing import Literal, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from torch import Tensor
 
 from agents.actions import ActionSpace
 from agents.learning.vtrace import gae, vtrace
+from agents.run_config import LossConfig
 
 
-def actor_critic_losses(target_logits: Tensor, behaviour_logits: Tensor, actions: Tensor, rewards: Tensor,
-                        discounts: Tensor, values: Tensor, bootstrap_value: Tensor, *, rho_bar: float = 1.0,
-                        c_bar: float = 1.0, clip: Optional[float] = None,
-                        estimator: Literal["vtrace", "gae"] = "vtrace", gae_lambda: float = 0.95,
-                        normalize_advantages: bool = False, value_scale: Optional[Tensor] = None,
-                        old_values: Optional[Tensor] = None, value_clip: Optional[float] = None,
-                        action_space: Optional[ActionSpace] = None,
-                        returns: Optional[tuple[Tensor, Tensor]] = None) -> tuple[dict[str, Tensor], Tensor]:
-    """(terms, value targets): the policy, value and entropy terms, each summed over the T × B
-    batch (and, with a clip, the diagnostic ``clip_fraction``), and the value targets [T, B].
+@dataclass(frozen=True)
+class Unrolls:
+    """What the loss scores, time-major: the learner's ``target_logits`` and the actors'
+    ``behaviour_logits`` [T, B, A], the ``actions`` taken [T, B], the ``rewards`` and
+    ``discounts`` γ_s [T, B] (zero where the episode ended), the ``values`` V(x_s) [T, B] and
+    the ``bootstrap_value`` V(x_T) [B]. ``action_space`` factorises a MultiDiscrete space's
+    logits (:mod:`agents.actions`; default: one categorical over the logits)."""
 
-    * ``pg_loss``: with ``clip`` None, IMPALA's −Σ A_s log π(a_s|x_s) (§4.2, advantages held
-      fixed), where A_s = ρ_s (r_s + γ_s v_{s+1} − V(x_s)) for V-trace and the GAE advantage for
-      GAE; with ``clip`` ε, PPO's −Σ min(r_s A_s, clip(r_s, 1 − ε, 1 + ε) A_s) with r_s = π/μ
-      and A_s = r_s + γ_s v_{s+1} − V(x_s) (the ratio now weighs the sample, so ρ does not).
-    * ``baseline_loss``: ½ Σ (v_s − V(x_s))², the value regressed on the targets (V-trace's v_s
-      of Eq. 1, or GAE's A_s + V(x_s)); with ``value_clip`` c and ``old_values`` V_old (the
-      values before this batch's updates), ½ Σ max((v_s − V)², (v_s − V_old − clip(V − V_old,
-      −c, c))²) (PPO's value clipping).
-    * ``entropy``: −Σ_s Σ_a π(a|x_s) log π(a|x_s).
+    target_logits: Tensor
+    behaviour_logits: Tensor
+    actions: Tensor
+    rewards: Tensor
+    discounts: Tensor
+    values: Tensor
+    bootstrap_value: Tensor
+    action_space: Optional[ActionSpace] = None
 
-    ``action_space`` (:mod:`agents.actions`) factorises the logits and actions of a MultiDiscrete
-    space: log π and the entropy are sums over its components (default: one categorical over
-    the logits).
+    @property
+    def space(self) -> ActionSpace:
+        return self.action_space or ActionSpace((self.target_logits.shape[-1],))
 
-    ``value_scale`` σ (PopArt, Hessel et al. 2019, §2) divides the value errors, the value clip
-    and the advantages: the value is regressed in normalised units and the policy sees
-    advantages of unit scale. ``normalize_advantages`` standardises A over the batch. With the
-    defaults this is exactly IMPALA's loss. ``returns``: the value targets and advantages of
-    :func:`estimate_returns` on these logits and values, if the caller has them already.
-    """
-    space = action_space or ActionSpace((target_logits.shape[-1],))
-    target_log_probs = space.log_prob(target_logits, actions)
-    log_rhos = target_log_probs - space.log_prob(behaviour_logits, actions)
-    targets, advantages = returns or estimate_returns(log_rhos, rewards, discounts, values, bootstrap_value,
-                                                      rho_bar=rho_bar, c_bar=c_bar, clip=clip, estimator=estimator,
-                                                      gae_lambda=gae_lambda)
-    errors = targets - values
-    if value_scale is not None:
-        advantages, errors = advantages / value_scale, errors / value_scale
-    if normalize_advantages:
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-    terms = {}
-    if clip is None:
-        terms["pg_loss"] = -(target_log_probs * advantages).sum()
-    else:
-        ratio = torch.exp(log_rhos)
-        clipped = ratio.clamp(1.0 - clip, 1.0 + clip)
-        terms["pg_loss"] = -torch.minimum(ratio * advantages, clipped * advantages).sum()
-        terms["clip_fraction"] = ((ratio - 1.0).abs() > clip).float().mean().detach()
-    if value_clip is not None and old_values is not None:
-        bound = value_clip if value_scale is None else value_clip * value_scale
-        clipped_values = old_values + (values - old_values).clamp(-bound, bound)
-        clipped_errors = targets - clipped_values
-        if value_scale is not None:
-            clipped_errors = clipped_errors / value_scale
-        terms["baseline_loss"] = 0.5 * torch.maximum(errors ** 2, clipped_errors ** 2).sum()
-    else:
-        terms["baseline_loss"] = 0.5 * (errors ** 2).sum()
-    terms["entropy"] = space.entropy_sum(target_logits)
-    return terms, targets
+    def log_rhos(self) -> Tensor:
+        """log π(a_s|x_s) − log μ(a_s|x_s) [T, B]."""
+        return (self.space.log_prob(self.target_logits, self.actions)
+                - self.space.log_prob(self.behaviour_logits, self.actions))
 
 
 @torch.no_grad()
-def estimate_returns(log_rhos: Tensor, rewards: Tensor, discounts: Tensor, values: Tensor, bootstrap_value: Tensor, *,
-                     rho_bar: float, c_bar: float, clip: Optional[float], estimator: Literal["vtrace", "gae"],
-                     gae_lambda: float) -> tuple[Tensor, Tensor]:
-    """(value targets, advantages) [T, B] for :func:`actor_critic_losses` (its docstring gives
-    both): V-trace's v_s and ρ-weighted advantages, or, with a clip, the advantages without ρ;
-    or GAE's."""
-    if estimator == "gae":
-        return gae(discounts, rewards, values, bootstrap_value, gae_lambda)
-    returns = vtrace(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar=rho_bar, c_bar=c_bar)
-    if clip is None:
+def vtrace_returns(u: Unrolls, log_rhos: Tensor, loss: LossConfig) -> tuple[Tensor, Tensor]:
+    """V-trace's value targets v_s (Eq. 1) and advantages: ρ_s (r_s + γ_s v_{s+1} − V(x_s))
+    (§4.2), or, with ``loss.clip``, the same without ρ_s (the surrogate's ratio weighs it)."""
+    returns = vtrace(log_rhos, u.discounts, u.rewards, u.values, u.bootstrap_value,
+                     rho_bar=loss.rho_bar, c_bar=loss.c_bar)
+    if loss.clip is None:
         return returns.vs, returns.pg_advantages
-    targets_next = torch.cat([returns.vs[1:], bootstrap_value.unsqueeze(0)])  # the ratio weighs the sample: no ρ
-    return returns.vs, rewards + discounts * targets_next - values
+    targets_next = torch.cat([returns.vs[1:], u.bootstrap_value.unsqueeze(0)])
+    return returns.vs, u.rewards + u.discounts * targets_next - u.values
+
+
+@torch.no_grad()
+def gae_returns(u: Unrolls, loss: LossConfig) -> tuple[Tensor, Tensor]:
+    """GAE's value targets A_s + V(x_s) and advantages A_s (Schulman et al., 2016, Eq. 16), with λ
+    ``loss.gae_lambda``; on-policy, so the clipped surrogate corrects for the policy's lag."""
+    return gae(u.discounts, u.rewards, u.values, u.bootstrap_value, loss.gae_lambda)
+
+
+def estimate_returns(u: Unrolls, loss: LossConfig, log_rhos: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+    """(value targets, advantages) [T, B] of ``loss.advantages``'s estimator."""
+    if loss.advantages == "gae":
+        return gae_returns(u, loss)
+    return vtrace_returns(u, u.log_rhos() if log_rhos is None else log_rhos, loss)
+
+
+def policy_loss(log_probs: Tensor, log_rhos: Tensor, advantages: Tensor, clip: Optional[float]) -> dict[str, Tensor]:
+    """IMPALA's −Σ A_s log π(a_s|x_s) (advantages held fixed) with ``clip`` None; with ``clip``
+    ε, PPO's −Σ min(r_s A_s, clip(r_s, 1 − ε, 1 + ε) A_s), r_s = π/μ, and ``clip_fraction``,
+    the share of samples whose ratio is past the clip (a diagnostic)."""
+    if clip is None:
+        return {"pg_loss": -(log_probs * advantages).sum()}
+    ratio = torch.exp(log_rhos)
+    clipped = ratio.clamp(1.0 - clip, 1.0 + clip)
+    return {"pg_loss": -torch.minimum(ratio * advantages, clipped * advantages).sum(),
+            "clip_fraction": ((ratio - 1.0).abs() > clip).float().mean().detach()}
+
+
+def value_loss(targets: Tensor, values: Tensor, *, scale: Optional[Tensor] = None, old_values: Optional[Tensor] = None,
+               clip: Optional[float] = None) -> Tensor:
+    """½ Σ (v_s − V(x_s))², in units of ``scale`` σ (PopArt) if given; with ``clip`` c and
+    ``old_values`` V_old (before the batch's updates), PPO's value clipping:
+    ½ Σ max((v_s − V)², (v_s − V_old − clip(V − V_old, −c, c))²), c in units of σ."""
+    scale = 1.0 if scale is None else scale
+    errors = (targets - values) / scale
+    if clip is None or old_values is None:
+        return 0.5 * (errors ** 2).sum()
+    clipped_values = old_values + (values - old_values).clamp(-clip * scale, clip * scale)
+    return 0.5 * torch.maximum(errors ** 2, ((targets - clipped_values) / scale) ** 2).sum()
+
+
+def actor_critic_losses(u: Unrolls, loss: LossConfig, *, value_scale: Optional[Tensor] = None,
+                        old_values: Optional[Tensor] = None,
+                        returns: Optional[tuple[Tensor, Tensor]] = None) -> tuple[dict[str, Tensor], Tensor]:
+    """(terms, value targets [T, B]): :func:`policy_loss`'s terms, ``baseline_loss``
+    (:func:`value_loss`) and ``entropy`` −Σ_s Σ_a π(a|x_s) log π(a|x_s) (summed over a
+    MultiDiscrete space's components), each summed over the T × B samples.
+
+    The targets and advantages are ``loss.advantages``'s (:func:`estimate_returns`), or
+    ``returns`` if the caller has them already. ``value_scale`` σ (PopArt, Hessel et al. 2019,
+    §2) divides the value errors, the value clip and the advantages, so the value is regressed in
+    normalised units and the policy sees advantages of unit scale; ``loss.normalize_advantages``
+    standardises A over the batch. With the defaults this is exactly IMPALA's loss.
+    """
+    space = u.space
+    log_probs = space.log_prob(u.target_logits, u.actions)
+    log_rhos = log_probs - space.log_prob(u.behaviour_logits, u.actions)
+    targets, advantages = returns or estimate_returns(u, loss, log_rhos)
+    if value_scale is not None:
+        advantages = advantages / value_scale
+    if loss.normalize_advantages:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    terms = policy_loss(log_probs, log_rhos, advantages, loss.clip)
+    terms["baseline_loss"] = value_loss(targets, u.values, scale=value_scale, old_values=old_values,
+                                        clip=loss.value_clip)
+    terms["entropy"] = space.entropy_sum(u.target_logits)
+    return terms, targets
 
 
 def total_loss(losses: dict[str, Tensor], baseline_cost: float, entropy_cost: float,
