@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from agents.actions import ActionSpace
 from agents.errors import NonFinitePolicyError
 from agents.nature_cnn import NatureStem
-from agents.popart import SIGMA_RANGE, PopArt
+from agents.popart import PopArt
 from agents.resnet import ResNetStem
 from fastnet import make_core
 from fastnet.options import check_options
@@ -119,14 +119,14 @@ class NatureNetworkConfig(NetworkConfig, NatureStem.Config):
 class AgentNet(nn.Module):
     """stem -> core (``fastnet.make_core``) -> policy logits and baseline: each head a Linear + tanh
     layer per ``head_sizes`` (none by default), then a linear output (the baseline's a
-    :class:`agents.popart.PopArt` head, with σ at least ``popart_min_sigma``, when ``popart_step``
-    is given). ``action_sizes`` is a Discrete space's n, or a MultiDiscrete space's sizes, whose
+    :class:`agents.popart.PopArt` head of the options ``popart``, its ``step`` and ``min_sigma``,
+    when they are given). ``action_sizes`` is a Discrete space's n, or a MultiDiscrete space's sizes, whose
     components the policy draws independently (:class:`agents.actions.ActionSpace`)."""
 
     def __init__(self, observation_shape: tuple[int, ...], action_sizes: int | Sequence[int], core: str,
-                 core_options: dict[str, Any], stem: str = "mlp", stem_options: dict[str, Any] | None = None,
-                 reward_clip: float | None = None, prev_action: bool = True, popart_step: float | None = None,
-                 popart_min_sigma: float = SIGMA_RANGE[0], head_sizes: Sequence[int] = ()):
+                 core_options: dict[str, Any], *, stem: str = "mlp", stem_options: dict[str, Any] | None = None,
+                 reward_clip: float | None = None, prev_action: bool = True, popart: dict[str, float] | None = None,
+                 head_sizes: Sequence[int] = ()):
         super().__init__()
         self.action_space = ActionSpace((action_sizes,) if isinstance(action_sizes, int) else tuple(action_sizes))
         self.num_actions, self.num_logits = self.action_space.num_actions, self.action_space.num_logits
@@ -138,7 +138,7 @@ class AgentNet(nn.Module):
         self.baseline_torso = mlp(self.core.output_size, head_sizes, "tanh")
         width = head_sizes[-1] if head_sizes else self.core.output_size
         self.policy = nn.Linear(width, self.num_logits)
-        self.baseline = nn.Linear(width, 1) if popart_step is None else PopArt(width, popart_step, popart_min_sigma)
+        self.baseline = nn.Linear(width, 1) if popart is None else PopArt(width, **popart)
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         return self.core.initial_state(batch_size, device)

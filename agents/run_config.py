@@ -315,5 +315,6 @@ def check_config(cfg: TrainConfig, device_type: str = "cpu") -> None:
 def build_model(cfg: TrainConfig, observation_shape: tuple[int, ...], action_sizes: int | tuple[int, ...]) -> AgentNet:
     return AgentNet(observation_shape, action_sizes, cfg.core.name, options(cfg.core), stem=cfg.network.stem,
                     stem_options=cfg.network.stem_options(), reward_clip=cfg.network.reward_clip,
-                    prev_action=cfg.network.prev_action, popart_step=cfg.loss.popart_step if cfg.loss.popart else None,
-                    popart_min_sigma=cfg.loss.popart_min_sigma, head_sizes=cfg.network.head_sizes)
+                    prev_action=cfg.network.prev_action, head_sizes=cfg.network.head_sizes,
+                    popart={"step": cfg.loss.popart_step, "min_sigma": cfg.loss.popart_min_sigma} if cfg.loss.popart
+                    else None)

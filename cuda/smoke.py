@@ -120,8 +120,10 @@ def server_mode(device: torch.device, quick: bool = False) -> int:
     """Step 3 of the module docstring; returns the number of failed checks."""
     import envs
     from agents.acting.inference import InferenceServer, split_seed
+    from agents.acting.transport import EnvSetup
     from agents.learning.learner import train
     from agents.network import AgentNet
+    from agents.run_config import ActorConfig
     from launch import maze
 
     failed = 0
@@ -133,9 +135,11 @@ def server_mode(device: torch.device, quick: bool = False) -> int:
         model.policy.weight.mul_(30)  # decisive argmax actions
     model.eval()
     for side_stream in (False, True):
-        server = InferenceServer(model, "gym", {"id": "CartPole-v1"}, workers, e * splits, T, e * 2,
-                                 tuple(probe.observation_shape), torch.float32, [10 + w for w in range(workers)],
-                                 device, sample=False, worker_splits=splits, side_stream=side_stream)
+        server = InferenceServer(
+            model, envs=EnvSetup("gym", {"id": "CartPole-v1"}, [10 + w for w in range(workers)],
+                                 tuple(probe.observation_shape), torch.float32),
+            actor=ActorConfig(num_actors=workers, envs_per_actor=e * splits, unroll_length=T, worker_splits=splits,
+                              server_side_stream=side_stream), batch_size=e * 2, device=device, sample=False)
         units = workers * splits
         count = [0] * units
         references = [sequential_rollout(model, envs.make("gym", num_envs=e, seed=split_seed(10 + u // splits,

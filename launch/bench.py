@@ -264,12 +264,16 @@ def _pool_rate(args: argparse.Namespace, model: torch.nn.Module, n: int) -> floa
     """Env-steps/s of ``ActorPool`` (``args.pool`` processes, n envs in all) with a no-op learner
     (:func:`_transport_rate` over ``seconds * reps``)."""
     from agents.acting.actor import ActorPool
+    from agents.acting.transport import EnvSetup
+    from agents.run_config import ActorConfig
 
     per_actor = n // args.pool
     model.share_memory()
     seeds = list(range(args.pool))
-    pool = ActorPool(model, "atari", {"game": args.game, "num_threads": 1}, args.pool, per_actor, args.pool_unroll, 1,
-                     (4, 84, 84), torch.uint8, seeds)
+    pool = ActorPool(model, envs=EnvSetup("atari", {"game": args.game, "num_threads": 1}, seeds, (4, 84, 84),
+                                          torch.uint8),
+                     actor=ActorConfig(num_actors=args.pool, envs_per_actor=per_actor, unroll_length=args.pool_unroll),
+                     unrolls_per_batch=1)
     return _transport_rate(pool, args.pool_unroll * per_actor, args.seconds * args.reps)
 
 
@@ -355,6 +359,7 @@ def bench_inference(args: argparse.Namespace) -> None:
     Repetitions are interleaved (round robin) and medians compared.
     """
     import envs
+    from agents.acting.transport import EnvSetup
     from agents.config import options
     from agents.learning.learner import make_transport
     from agents.learning.training import resolve_device
@@ -377,8 +382,8 @@ def bench_inference(args: argparse.Namespace) -> None:
 
     def transport(inference: str, policy: torch.nn.Module, splits: int = 1, wait_ms: float = 0.0) -> float:
         cfg.actor.inference, cfg.actor.worker_splits, cfg.actor.server_max_wait_ms = inference, splits, wait_ms
-        return _transport_rate(make_transport(cfg, policy, device, obs_shape, obs_dtype, seeds, seed=0), T * E,
-                               args.seconds)
+        setup = EnvSetup(cfg.env.name, env_options, seeds, obs_shape, obs_dtype)
+        return _transport_rate(make_transport(cfg, policy, device=device, envs=setup, seed=0), T * E, args.seconds)
 
     def label(k: int, wait_ms: float) -> str:
         return f"{k} split{'s' * (k > 1)}" + (f", wait {wait_ms:g} ms" if len(waits) > 1 else "")

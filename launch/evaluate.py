@@ -229,43 +229,41 @@ def samples_actions(env_name: str, sample: bool | None) -> bool:
     return env_name != "atari" if sample is None else sample
 
 
-def evaluate(paths: list[str], runs: int = 5, episodes: int = 30, sample: bool | None = None,
-             workers: int | None = None,
-             envs_per_run: int | None = None, seed: int = 0, env_overrides: dict[str, Any] | None = None,
-             ddof: int = 0, progress: bool = True, device: str = "cpu", memory: str = "full") -> list[dict[str, Any]]:
-    """Score every checkpoint in ``paths``; one result dict per checkpoint (see :func:`summarize`)."""
+def evaluate(paths: list[str], args: Any) -> list[dict[str, Any]]:
+    """Score every checkpoint in ``paths`` under the command line's ``args`` (:func:`load`: runs,
+    episodes, sampling, workers, ...); one result dict per checkpoint (see :func:`summarize`)."""
+    overrides = {} if args.max_episode_frames is None else {"max_episode_frames": args.max_episode_frames}
     infos = [describe(p) for p in paths]
-    jobs = [{"checkpoint": info["checkpoint"], "run": r, "episodes": episodes, "envs_per_run": envs_per_run,
-             "sample": samples_actions(info["env"], sample), "seed": seed,
-             "env_overrides": dict(env_overrides or {}), "device": device, "memory": memory}
-            for info in infos for r in range(runs)]
-    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
+    jobs = [{"checkpoint": info["checkpoint"], "run": r, "episodes": args.episodes, "envs_per_run": args.envs_per_run,
+             "sample": samples_actions(info["env"], args.sample), "seed": args.seed, "env_overrides": overrides,
+             "device": args.device, "memory": args.memory}
+            for info in infos for r in range(args.runs)]
+    workers = max(1, min(args.workers or os.cpu_count() or 1, len(jobs)))
     done_jobs: list[dict[str, Any]] = []
     if workers == 1:
         for job in jobs:
             done_jobs.append(evaluate_job(job))
-            _report(done_jobs[-1], len(done_jobs), len(jobs), progress)
+            _report(done_jobs[-1], len(done_jobs), len(jobs))
     else:
         with mp.get_context("spawn").Pool(workers) as pool:
             for result in pool.imap_unordered(evaluate_job, jobs):
                 done_jobs.append(result)
-                _report(result, len(done_jobs), len(jobs), progress)
+                _report(result, len(done_jobs), len(jobs))
     results = []
     for info in infos:
         mine = sorted((j for j in done_jobs if j["checkpoint"] == info["checkpoint"]), key=lambda j: j["run"])
         per_run = [{"run": j["run"], "scores": j["scores"], "lengths": j["lengths"]} for j in mine]
-        policy = "sample" if samples_actions(info["env"], sample) else "argmax"
-        results.append({**info, "policy": policy, "memory": memory, "seed": seed,
-                        "env_overrides": dict(env_overrides or {}), "ddof": ddof,
-                        **summarize(per_run, ddof), "per_run": per_run})
+        policy = "sample" if samples_actions(info["env"], args.sample) else "argmax"
+        results.append({**info, "policy": policy, "memory": args.memory, "seed": args.seed,
+                        "env_overrides": overrides, "ddof": args.ddof, **summarize(per_run, args.ddof),
+                        "per_run": per_run})
     return results
 
 
-def _report(job: dict[str, Any], k: int, total: int, progress: bool) -> None:
-    if progress:
-        print(f"[{k}/{total}] {os.path.relpath(job['checkpoint'])} run {job['run']}: "
-              f"mean {np.mean(job['scores']):.1f} over {len(job['scores'])} episodes ({job['seconds']:.0f}s)",
-              file=sys.stderr, flush=True)
+def _report(job: dict[str, Any], k: int, total: int) -> None:
+    print(f"[{k}/{total}] {os.path.relpath(job['checkpoint'])} run {job['run']}: "
+          f"mean {np.mean(job['scores']):.1f} over {len(job['scores'])} episodes ({job['seconds']:.0f}s)",
+          file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------- tables
@@ -372,10 +370,7 @@ def load(argv: list[str]) -> Any:
 
 def run(argv: list[str]) -> list[dict[str, Any]]:
     cfg = load(argv)
-    overrides = {} if cfg.max_episode_frames is None else {"max_episode_frames": cfg.max_episode_frames}
-    paths = expand_targets(cfg.targets, cfg.steps)
-    results = evaluate(paths, cfg.runs, cfg.episodes, cfg.sample, cfg.workers, cfg.envs_per_run, cfg.seed,
-                       overrides, cfg.ddof, device=cfg.device, memory=cfg.memory)
+    results = evaluate(expand_targets(cfg.targets, cfg.steps), cfg)
     json_path, md_path = write_outputs(results, cfg.out)
     print(markdown(results))
     print(f"wrote {json_path} and {md_path}")

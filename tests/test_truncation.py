@@ -12,8 +12,10 @@ import torch
 import envs
 from agents.acting.actor import EnvRunner, create_buffers
 from agents.acting.inference import InferenceServer
+from agents.acting.transport import EnvSetup
 from agents.learning.learner import unrolls_of
 from agents.learning.losses import actor_critic_losses
+from agents.run_config import ActorConfig
 from launch.maze import load
 from tests.test_inference import _policy
 
@@ -153,8 +155,9 @@ def test_server_mode_stores_the_values_that_a_sequential_rollout_computes():
     model = _policy("lstm", "gym", CUT)
     T, E = 3, 2
     probe = envs.make("gym", num_envs=1, **CUT)
-    server = InferenceServer(model, "gym", CUT, 1, E, T, E, tuple(probe.observation_shape), torch.float32,
-                             seeds=[10], device=torch.device("cpu"), sample=False)
+    server = InferenceServer(model, envs=EnvSetup("gym", CUT, [10], tuple(probe.observation_shape), torch.float32),
+                             actor=ActorConfig(num_actors=1, envs_per_actor=E, unroll_length=T), batch_size=E,
+                             device=torch.device("cpu"), sample=False)
     env = envs.make("gym", num_envs=E, seed=10, **CUT)
     obs, reward, action = torch.from_numpy(env.reset()), torch.zeros(E), torch.zeros(E, dtype=torch.int64)
     done, state, want = torch.ones(E, dtype=torch.bool), model.initial_state(E), [torch.zeros(E)]

@@ -253,6 +253,8 @@ def test_weights_made_nan_never_reach_the_actors_and_no_process_prints_a_traceba
 def test_actors_that_see_non_finite_logits_stop_with_one_line(inference, capfd):
     """A policy whose logits are NaN (weights that diverged, or a memory that overflowed): the
     acting side stops the run with one line; no process prints a traceback."""
+    from agents.acting.transport import EnvSetup
+    from agents.config import options
     from agents.errors import ActorError
     from agents.learning.learner import make_transport
     from agents.run_config import build_model
@@ -261,7 +263,8 @@ def test_actors_that_see_non_finite_logits_stop_with_one_line(inference, capfd):
     model = build_model(cfg, _maze_shape(), 4)
     with torch.no_grad():
         model.policy.bias[0] = float("nan")
-    transport = make_transport(cfg, model, torch.device("cpu"), _maze_shape(), torch.float32, [0], seed=0)
+    transport = make_transport(cfg, model, device=torch.device("cpu"), seed=0,
+                               envs=EnvSetup("maze", options(cfg.env), [0, 1], _maze_shape(), torch.float32))
     with pytest.raises(ActorError) as error:
         with transport:
             for _ in range(20):

@@ -19,8 +19,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from agents.acting.transport import Batch, Transport
+from agents.acting.transport import Batch, EnvSetup, Transport
 from agents.acting.workers import IndexQueue, PipeFlag, WorkerProcesses
+from agents.run_config import ActorConfig
 from fastnet.state import State
 
 
@@ -124,31 +125,32 @@ def actor_loop(env_name: str, env_options: dict[str, Any], num_envs: int, seed: 
 class ActorPool(Transport):
     """Actor mode: starts the actors, hands batches of unrolls to the learner, and stops everything."""
 
-    def __init__(self, model: nn.Module, env_name: str, env_options: dict[str, Any], num_actors: int,
-                 envs_per_actor: int, unroll_length: int, unrolls_per_batch: int,
-                 observation_shape: tuple[int, ...], observation_dtype: torch.dtype, seeds: list[int],
-                 start_method: str = "fork", num_buffers: int | None = None):
-        """``model`` is the actors' copy, on the CPU in shared memory (``model.share_memory()``).
+    def __init__(self, model: nn.Module, *, envs: EnvSetup, actor: ActorConfig, unrolls_per_batch: int):
+        """``model`` is the actors' copy, on the CPU in shared memory (``model.share_memory()``);
+        ``actor.num_actors`` processes step ``actor.envs_per_actor`` envs each, in unrolls of
+        ``actor.unroll_length``, and a batch is ``unrolls_per_batch`` of them.
 
-        ``num_buffers`` rollout buffers (default 2 x num_actors + unrolls_per_batch) circulate
+        ``actor.num_buffers`` rollout buffers (default 2 x num_actors + unrolls_per_batch) circulate
         between the actors and the learner. When the learner is the slower side, the actors keep
         them all full, and a batch is about ``num_buffers / unrolls_per_batch - 1`` batches older
         than the weights that learn from it; ``unrolls_per_batch`` buffers bound that lag to one
         batch (the actors fill the next batch while the learner learns from this one)."""
-        num_buffers = 2 * num_actors + unrolls_per_batch if num_buffers is None else num_buffers
+        num_buffers = 2 * actor.num_actors + unrolls_per_batch if actor.num_buffers is None else actor.num_buffers
         if num_buffers < unrolls_per_batch:
             raise ValueError(f"num_buffers ({num_buffers}) must be at least the unrolls per batch "
                              f"({unrolls_per_batch})")
         self.model = model
-        self.buffers = create_buffers(num_buffers, unroll_length, envs_per_actor, observation_shape,
-                                      observation_dtype, model.num_logits, model.initial_state(envs_per_actor))
+        self.buffers = create_buffers(num_buffers, actor.unroll_length, actor.envs_per_actor, envs.observation_shape,
+                                      envs.observation_dtype, model.num_logits,
+                                      model.initial_state(actor.envs_per_actor))
         self.free_queue, self.full_queue = IndexQueue(), IndexQueue()
         for i in range(num_buffers):
             self.free_queue.put(i)
         self.unrolls_per_batch = unrolls_per_batch
         self.workers = WorkerProcesses(
-            actor_loop, [(env_name, env_options, envs_per_actor, seeds[i], model, self.buffers, self.free_queue,
-                          self.full_queue) for i in range(num_actors)], "actor", start_method)
+            actor_loop, [(envs.name, envs.options, actor.envs_per_actor, envs.seeds[i], model, self.buffers,
+                          self.free_queue, self.full_queue) for i in range(actor.num_actors)], "actor",
+            actor.start_method)
         self.processes = self.workers.processes
 
     def start(self) -> None:

@@ -51,10 +51,11 @@ import torch
 from torch import Tensor, nn
 
 from agents.acting.actor import create_buffers
-from agents.acting.transport import Batch, Transport
+from agents.acting.transport import Batch, EnvSetup, Transport
 from agents.acting.workers import IndexQueue, PipeFlag, WorkerProcesses
 from agents.errors import ActorError, UserError
 from agents.network import check_actions
+from agents.run_config import ActorConfig
 
 WAKE = -1  # put on ``ready`` by the learner when it hands back a batch, so a waiting loop looks again
 # What a worker writes, and each row of an unroll copies (final_value: 0 from the worker; the server
@@ -124,18 +125,20 @@ def env_worker_loop(env_name: str, env_options: dict[str, Any], num_envs: int, s
 class InferenceServer(Transport):
     """Server mode: the env workers, the inference loop and the batch buffers (module docstring)."""
 
-    def __init__(self, policy: nn.Module, env_name: str, env_options: dict[str, Any], num_workers: int,
-                 envs_per_worker: int, unroll_length: int, batch_size: int, observation_shape: tuple[int, ...],
-                 observation_dtype: torch.dtype, seeds: list[int], device: torch.device, max_batch_envs: int = 0,
-                 max_wait_ms: float = 2.0, start_method: str = "fork", sample: bool = True, seed: int = 0,
-                 worker_splits: int = 1, side_stream: bool = False):
+    def __init__(self, policy: nn.Module, *, envs: EnvSetup, actor: ActorConfig, batch_size: int,
+                 device: torch.device, seed: int = 0, sample: bool = True):
         """``policy`` is the learner's model (anything with ``num_logits``, ``initial_state`` and
         ``act`` as :class:`agents.network.AgentNet`), on ``device``: the server acts with a copy
-        of it that :meth:`publish_weights` updates. ``worker_splits`` divides each worker's envs
-        into that many units that take turns; ``batch_size`` must be a multiple of the envs per
-        unit; ``max_batch_envs`` 0 means all envs; ``sample`` false takes the
-        argmax action; ``seed`` seeds the sampling; ``side_stream`` runs the loop on a CUDA
-        stream of its own, with events at each handover (not yet measured on a GPU)."""
+        of it that :meth:`publish_weights` updates. ``actor`` gives the env workers
+        (``num_actors`` of ``envs_per_actor`` envs, unrolls of ``unroll_length``) and the server's
+        settings: ``worker_splits`` divides each worker's envs into that many units that take
+        turns (``batch_size`` must be a multiple of the envs per unit); ``server_max_batch`` 0
+        means all envs; ``server_side_stream`` runs the loop on a CUDA stream of its own, with
+        events at each handover (not yet measured on a GPU). ``sample`` false takes the argmax
+        action; ``seed`` seeds the sampling."""
+        num_workers, envs_per_worker, worker_splits = actor.num_actors, actor.envs_per_actor, actor.worker_splits
+        unroll_length, observation_shape, observation_dtype = (actor.unroll_length, envs.observation_shape,
+                                                               envs.observation_dtype)
         if envs_per_worker % worker_splits:
             raise ValueError(f"envs_per_worker {envs_per_worker} is not a multiple of worker_splits {worker_splits}")
         if batch_size % (envs_per_worker // worker_splits):
@@ -143,7 +146,7 @@ class InferenceServer(Transport):
                              f"{envs_per_worker // worker_splits}")
         self.policy = copy.deepcopy(policy).eval()  # as the actors' copies: no FAVOR+ redraws of its own
         self.device, self.sample = device, sample
-        self.side_stream = side_stream and device.type == "cuda"
+        self.side_stream = actor.server_side_stream and device.type == "cuda"
         self.weights_lock = threading.Lock()  # held by the loop while it acts, and by publish_weights
         self.num_workers, self.splits, self.unroll_length = num_workers, worker_splits, unroll_length
         self.num_units, self.envs_per_unit = num_workers * worker_splits, envs_per_worker // worker_splits
@@ -164,8 +167,8 @@ class InferenceServer(Transport):
                          "env_slot": torch.zeros(batch_size, dtype=torch.int64)} for _ in range(num_batches)]
         self.slots = create_slots(self.num_units, self.envs_per_unit, observation_shape, observation_dtype)
         num_envs = num_workers * envs_per_worker
-        self.max_batch_envs = max_batch_envs or num_envs
-        self.max_wait_s = max_wait_ms / 1e3
+        self.max_batch_envs = actor.server_max_batch or num_envs
+        self.max_wait_s = actor.server_max_wait_ms / 1e3
         self.env_rows = torch.arange(num_envs)
         self.state_table = tuple(policy.initial_state(num_envs, device))
         self.prev_action = torch.zeros(num_envs, dtype=torch.int64)  # on the host, as the rows they go to
@@ -174,8 +177,9 @@ class InferenceServer(Transport):
         self.generator.manual_seed(seed)
         self.ready, self.acted = IndexQueue(), [IndexQueue() for _ in range(num_workers)]
         self.workers = WorkerProcesses(
-            env_worker_loop, [(env_name, env_options, envs_per_worker, worker_splits, seeds[i], i, self.slots,
-                               self.ready, self.acted[i]) for i in range(num_workers)], "env worker", start_method)
+            env_worker_loop, [(envs.name, envs.options, envs_per_worker, worker_splits, envs.seeds[i], i, self.slots,
+                               self.ready, self.acted[i]) for i in range(num_workers)], "env worker",
+            actor.start_method)
         self.processes = self.workers.processes
         # The loop's bookkeeping (only its thread touches these): free groups (batch, group) in
         # FIFO order, each unit's group and next step, the groups written per batch.

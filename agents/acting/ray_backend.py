@@ -146,7 +146,7 @@ class ActorHost:
 class RayTransport(Transport):
     """The learner's side of the Ray backend (module docstring)."""
 
-    def __init__(self, config: dict[str, Any], model: nn.Module, num_hosts: int, envs_per_host: int,
+    def __init__(self, config: dict[str, Any], model: nn.Module, *, num_hosts: int, envs_per_host: int,
                  unrolls_per_batch: int, seeds: list[int], ray_cfg: RayConfig,
                  log: Callable[[str], None] = lambda line: print(line, flush=True)):
         self.config, self.num_hosts, self.envs_per_host = config, num_hosts, envs_per_host

@@ -21,11 +21,25 @@ core state before step 0, so the learner can re-run the unroll exactly as it was
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass
 from typing import Any, Callable
 
+import torch
 from torch import Tensor, nn
 
 Batch = dict[str, Tensor]
+
+
+@dataclass(frozen=True)
+class EnvSetup:
+    """The envs a transport's processes step: ``envs.make(name, **options)``, one seed per
+    process, and the observations they give (for the shared buffers)."""
+
+    name: str
+    options: dict[str, Any]
+    seeds: list[int]
+    observation_shape: tuple[int, ...]
+    observation_dtype: torch.dtype
 
 
 class Transport(abc.ABC):

@@ -25,7 +25,7 @@ from torch import Tensor
 from agents.acting.actor import ActorPool
 from agents.acting.inference import InferenceServer
 from agents.acting.ray_backend import RayTransport, ray_connection
-from agents.acting.transport import Transport
+from agents.acting.transport import EnvSetup, Transport
 from agents.actions import ActionSpace
 from agents.config import options, to_dict
 from agents.errors import ActorError, ConfigError
@@ -159,24 +159,20 @@ def learn_from_batch(trainer: Trainer, model: AgentNet, batch: dict[str, Tensor]
     return metrics
 
 
-def make_transport(cfg: TrainConfig, model: AgentNet, device: torch.device, observation_shape: tuple[int, ...],
-                   observation_dtype: torch.dtype, seeds: list[int], seed: int) -> Transport:
+def make_transport(cfg: TrainConfig, model: AgentNet, *, device: torch.device, envs: EnvSetup, seed: int) -> Transport:
     """The acting side that ``actor.backend`` and ``actor.inference`` ask for: Ray actor hosts, the
-    inference server (``inference`` auto picks it when ``device`` is CUDA), or the actor pool."""
-    ac, env_options = cfg.actor, options(cfg.env)
-    if ac.backend == "ray":
-        return RayTransport(to_dict(cfg), model, ac.num_actors, ac.envs_per_actor,
-                            cfg.learner.batch_size // ac.envs_per_actor, seeds, cfg.ray)
+    inference server (``inference`` auto picks it when ``device`` is CUDA), or the actor pool.
+    ``seed`` seeds the server's sampling."""
+    actor, unrolls_per_batch = cfg.actor, cfg.learner.batch_size // cfg.actor.envs_per_actor
+    if actor.backend == "ray":
+        return RayTransport(to_dict(cfg), model, num_hosts=actor.num_actors, envs_per_host=actor.envs_per_actor,
+                            unrolls_per_batch=unrolls_per_batch, seeds=envs.seeds, ray_cfg=cfg.ray)
     if inference_mode(cfg, device.type) == "server":
-        return InferenceServer(model, cfg.env.name, env_options, ac.num_actors, ac.envs_per_actor, ac.unroll_length,
-                               cfg.learner.batch_size, observation_shape, observation_dtype, seeds, device,
-                               ac.server_max_batch, ac.server_max_wait_ms, ac.start_method, seed=seed,
-                               worker_splits=ac.worker_splits, side_stream=ac.server_side_stream)
+        return InferenceServer(model, envs=envs, actor=actor, batch_size=cfg.learner.batch_size, device=device,
+                               seed=seed)
     actor_model = copy.deepcopy(model).cpu()  # the actors' copy, in shared memory
     actor_model.share_memory()
-    return ActorPool(actor_model, cfg.env.name, env_options, ac.num_actors, ac.envs_per_actor, ac.unroll_length,
-                     cfg.learner.batch_size // ac.envs_per_actor, observation_shape, observation_dtype, seeds,
-                     ac.start_method, ac.num_buffers)
+    return ActorPool(actor_model, envs=envs, actor=actor, unrolls_per_batch=unrolls_per_batch)
 
 
 class GracefulStop:
@@ -256,7 +252,8 @@ def _train(cfg: TrainConfig, device: torch.device,
     def checkpoint(milestone: bool = False) -> None:
         trainer.save(counters, milestone=milestone, recent_returns=list(returns.values))
 
-    transport = make_transport(cfg, model, device, obs_shape, obs_dtype, seeds,
+    setup = EnvSetup(cfg.env.name, env_options, seeds, obs_shape, obs_dtype)
+    transport = make_transport(cfg, model, device=device, envs=setup,
                                seed=int(np.random.SeedSequence([cfg.run.seed, counters["step"]]).generate_state(1)[0]))
     model.train()
     minibatch_generator = torch.Generator().manual_seed(
