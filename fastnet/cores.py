@@ -245,7 +245,8 @@ class GatedDeltaNetCore(BlockStack):
 
     def make_layer(self) -> nn.Module:
         c = self.config
-        return HouseholderLayer(c.hidden_size, c.num_heads, c.head_dim, 1, True, False, c.conv_size)
+        return HouseholderLayer(c.hidden_size, c.num_heads, c.head_dim, num_householder=1, gated=True,
+                                negative_eigenvalues=False, conv_size=c.conv_size)
 
 
 @dataclass
@@ -271,8 +272,8 @@ class DeltaProductCore(BlockStack):
 
     def make_layer(self) -> nn.Module:
         c = self.config
-        return HouseholderLayer(c.hidden_size, c.num_heads, c.head_dim, c.num_householder, c.gated,
-                                c.negative_eigenvalues, c.conv_size)
+        return HouseholderLayer(c.hidden_size, c.num_heads, c.head_dim, num_householder=c.num_householder,
+                                gated=c.gated, negative_eigenvalues=c.negative_eigenvalues, conv_size=c.conv_size)
 
 
 @dataclass

@@ -234,7 +234,7 @@ class HouseholderLayer(nn.Module):
     inputs [B,K-1,H·d·(1+2n_h)].
     """
 
-    def __init__(self, hidden_size: int, num_heads: int, head_dim: int, num_householder: int, gated: bool,
+    def __init__(self, hidden_size: int, num_heads: int, head_dim: int, *, num_householder: int, gated: bool,
                  negative_eigenvalues: bool, conv_size: int):
         super().__init__()
         if num_householder < 1 or conv_size < 0:
