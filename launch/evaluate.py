@@ -19,7 +19,8 @@ episodes), seeded with ``seed + r * envs_per_run + i``; each env contributes its
 Reported per checkpoint: the 5 run means, their mean and their standard deviation (numpy's
 ``std``, ddof 0; ``--ddof 1`` for the sample std). The (checkpoint, run) jobs run in parallel
 over ``--workers`` processes (default: all cores). Writes ``OUT/evaluation.json`` (every
-episode's score and length) and ``OUT/evaluation.md``: one table per step in Table 9/10's
+episode's score and length), ``OUT/evaluation.csv`` (a row per checkpoint) and
+``OUT/evaluation.md``: one table per step in Table 9/10's
 layout (rows games, columns cores), each cell ours with the paper's figure beside it where the
 paper has one (50M: Table 9, 200M: Table 10).
 
@@ -43,6 +44,7 @@ from jsonargparse.typing import PositiveInt
 
 from agents.atari_tables import PAPER_SCORES, STEP_TOLERANCE, TABLE_COLUMNS, TABLE_OF_STEP, format_mean_std, paper_step
 from agents.errors import ConfigError, UsageError, UserError
+from agents.tables import markdown_table
 
 _MILESTONE = re.compile(r"checkpoint-(\d+)\.pt$")
 
@@ -292,31 +294,34 @@ def markdown(results: list[dict[str, Any]]) -> str:
         cores += sorted({r["core"] for r in group} - set(cores))
         games = [g for g in PAPER_GAMES if any(r["game"] == g for r in group)]
         games += sorted({r["game"] for r in group} - set(games))
+
+        def cell(game: str, core: str, group: list[dict[str, Any]] = group, paper: dict[str, Any] = paper) -> str:
+            mine = [r for r in group if r["game"] == game and r["core"] == core]
+            text = "; ".join(format_mean_std(r["mean"], r["std"]) for r in mine) or "—"
+            if core in paper.get(game, {}):
+                text += " ({})".format(format_mean_std(*paper[game][core]))
+            return text
+
         row_name = "Game" if all(r.get("env", "atari") == "atari" for r in group) else "Env"
-        lines.append(f"| {row_name} | " + " | ".join(TABLE_COLUMNS.get(c, c) for c in cores) + " |")
-        lines.append("| --- |" + " --- |" * len(cores))
-        for game in games:
-            cells = []
-            for core in cores:
-                mine = [r for r in group if r["game"] == game and r["core"] == core]
-                text = "; ".join(format_mean_std(r["mean"], r["std"]) for r in mine) or "—"
-                if core in paper.get(game, {}):
-                    m, s = paper[game][core]
-                    text += f" ({format_mean_std(m, s)})"
-                cells.append(text)
-            lines.append(f"| {game} | " + " | ".join(cells) + " |")
+        lines += markdown_table([row_name, *(TABLE_COLUMNS.get(c, c) for c in cores)],
+                                ([game, *(cell(game, core) for core in cores)] for game in games))
         lines.append("")
     return "\n".join(lines)
 
 
-def write_outputs(results: list[dict[str, Any]], out_dir: str) -> tuple[str, str]:
+CSV_FIELDS = ("checkpoint", "env", "game", "core", "step", "policy", "memory", "runs", "episodes", "mean", "std")
+
+
+def write_outputs(results: list[dict[str, Any]], out_dir: str) -> None:
+    """``evaluation.json`` (every episode), and ``evaluation.csv`` and ``.md`` (a row per checkpoint)."""
     from agents.files import atomic_write_text
+    from agents.tables import write_results
 
     os.makedirs(out_dir, exist_ok=True)
-    json_path, md_path = os.path.join(out_dir, "evaluation.json"), os.path.join(out_dir, "evaluation.md")
+    json_path = os.path.join(out_dir, "evaluation.json")
     atomic_write_text(json_path, json.dumps({"results": results}, indent=1))
-    atomic_write_text(md_path, markdown(results))
-    return json_path, md_path
+    write_results(out_dir, "evaluation", rows=results, fields=CSV_FIELDS, markdown=markdown(results))
+    print(f"wrote {json_path}")
 
 
 def make_parser() -> Any:
@@ -347,7 +352,7 @@ def make_parser() -> Any:
                    help="Std of the run means: 0 population (numpy's default), 1 sample.")
     p.add_argument("--max_episode_frames", type=PositiveInt, default=None,
                    help="Override the env's frame limit, for quick checks (the protocol keeps 108000).")
-    p.add_argument("--out", type=str, default="runs/eval", help="Directory for evaluation.json and evaluation.md.")
+    p.add_argument("--out", type=str, default="runs/eval", help="Directory for evaluation.json, .csv and .md.")
     p.add_argument("--debug", action="store_true", help="Show the full traceback of an error.")
     return p
 
@@ -371,9 +376,7 @@ def load(argv: list[str]) -> Any:
 def run(argv: list[str]) -> list[dict[str, Any]]:
     cfg = load(argv)
     results = evaluate(expand_targets(cfg.targets, cfg.steps), cfg)
-    json_path, md_path = write_outputs(results, cfg.out)
-    print(markdown(results))
-    print(f"wrote {json_path} and {md_path}")
+    write_outputs(results, cfg.out)
     return results
 
 

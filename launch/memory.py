@@ -16,18 +16,16 @@ missing are skipped with a note (``pip install -e '.[memory]'``).
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
 import functools
-import io
 import math
 import os
 import sys
 from typing import Any
 
+from agents import tables
 from agents.config import env_section, exit_on_error, parse
 from agents.errors import ConfigError
-from agents.files import atomic_write_text
 from agents.learning.learner import train
 from agents.learning.logger import CSV_NAME, read_csv
 from agents.network import ResNetNetworkConfig
@@ -136,19 +134,12 @@ def write_results(results: list[dict[str, Any]], cfg: Any) -> None:
     by_dir: dict[str, list[dict[str, Any]]] = {}
     for r in results:
         by_dir.setdefault(os.path.dirname(r["run_dir"]), []).append(r)
+    fields = ("suite", "env", "core", "steps", "metric", "value")
     for directory, rows in by_dir.items():
-        text = io.StringIO()
-        writer = csv.DictWriter(text, ["suite", "env", "core", "steps", "metric", "value"], extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-        lines = ["| suite | env | core | steps | metric | value |", "| --- | --- | --- | --- | --- | --- |"]
-        lines += [f"| {r['suite']} | {r['env']} | {r['core']} | {r['steps']:,} | {r['metric']} | {r['value']:.3f} |"
-                  for r in rows]
-        csv_path, md_path = (os.path.join(directory, f"results-{cfg.core.name}.{ext}") for ext in ("csv", "md"))
-        atomic_write_text(csv_path, text.getvalue())
-        atomic_write_text(md_path, "\n".join(lines) + "\n")
-        print("\n".join(lines), flush=True)
-        print(f"wrote {csv_path} and {md_path}", flush=True)
+        table = tables.markdown_table(fields, ([r["suite"], r["env"], r["core"], f"{r['steps']:,}", r["metric"],
+                                                f"{r['value']:.3f}"] for r in rows))
+        tables.write_results(directory, f"results-{cfg.core.name}", rows=rows, fields=fields,
+                             markdown="\n".join(table))
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:

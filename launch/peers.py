@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from agents.tables import markdown_table
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECKPOINTS = (100_000, 250_000, 500_000, 1_000_000)
 WINDOW = 100  # episodes in a mean return, for both
@@ -147,7 +149,7 @@ def score_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
     from launch.sweep import suite_env
 
     header = ["env", "algorithm", "seeds", *(f"return at {s // 1000}K" for s in CHECKPOINTS), "MMER", "wall time"]
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    table = []
     for env in sorted(results):
         rows = [("deltabeast", core) for core in sorted({r["core"] for r in results[env].get("deltabeast", [])})]
         rows += [(algo, None) for algo in ALGOS[1:] if results[env].get(algo)]
@@ -166,8 +168,8 @@ def score_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
             cells.append(f"{statistics.median(r['wall_s'] for r in runs) / 60:.1f} min")
             seeds = ",".join(str(r["seed"]) for r in runs)
             name = algo if algo != "deltabeast" else f"deltabeast ({core})"
-            lines.append(f"| {env} | {name} | {seeds} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            table.append([env, name, seeds, *cells])
+    return "\n".join(markdown_table(header, table))
 
 
 def _median_of(values: list[float], digits: int = 2) -> str:

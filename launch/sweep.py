@@ -24,9 +24,7 @@ env. Ray is optional: ``pip install -e '.[ray]'``.
 """
 from __future__ import annotations
 
-import csv
 import ctypes
-import io
 import itertools
 import json
 import math
@@ -43,6 +41,7 @@ from typing import Any, Callable, Literal, Optional, Union
 
 from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
+from agents import tables
 from agents.atari_tables import (
     PAPER_SCORES,
     TABLE_COLUMNS,
@@ -433,13 +432,11 @@ def mean_std(values: list[float]) -> str:
     return format_mean_std(mean, statistics.stdev(values))
 
 
-def markdown_table(corner: str, rows: dict[str, str], columns: dict[str, str],
-                   cell: Callable[[str, str], str]) -> list[str]:
-    """A Markdown table: ``rows`` and ``columns`` map keys to labels; ``cell(row, column)`` is the text."""
-    lines = [f"| {corner} | " + " | ".join(columns.values()) + " |", "| --- |" + " ---: |" * len(columns)]
-    lines += [f"| {label} | " + " | ".join(cell(row, column) for column in columns) + " |"
-              for row, label in rows.items()]
-    return lines
+def grid_table(corner: str, rows: dict[str, str], columns: dict[str, str],
+               cell: Callable[[str, str], str]) -> list[str]:
+    """A Markdown table of ``rows`` × ``columns`` (each maps keys to labels); ``cell(row, column)`` is the text."""
+    return tables.markdown_table([corner, *columns.values()],
+                                 ([label, *(cell(row, column) for column in columns)] for row, label in rows.items()))
 
 
 def results_markdown(results: list[dict[str, Any]], name: str) -> str:
@@ -467,7 +464,7 @@ def results_markdown(results: list[dict[str, Any]], name: str) -> str:
         lines += [f"## Maze and memory suites, {', '.join(f'{s:,}' for s in steps)} steps", ""]
         rows = {row: row for row in dict.fromkeys(row_of(r) for r in small)}
         for key, what in (("score", f"Score ({', '.join(metrics)})"), ("sps", "SPS")):
-            lines += [*markdown_table(what, rows, {c: c for c in cores},
+            lines += [*grid_table(what, rows, {c: c for c in cores},
                                       lambda row, core, key=key: mean_std(values(row, core, key))), ""]
     atari = [r for r in results if r["env"] != "maze" and "/" not in r["env"] and not is_gym(r["env"])]
     if atari:
@@ -483,7 +480,7 @@ def results_markdown(results: list[dict[str, Any]], name: str) -> str:
         lines += [f"## Atari, {', '.join(f'{s:,}' for s in steps)} steps "
                   f"({table + ' of' if table else 'the layout of Tables 9 and 10 of'} the recurrent-FWP appendix)", ""]
         for key, what in (("mean_return", "Game"), ("sps", "SPS")):
-            lines += [*markdown_table(what, rows, columns,
+            lines += [*grid_table(what, rows, columns,
                                       lambda game, core, key=key: mean_std(values(game, core, key))), ""]
         if table:
             paper = PAPER_SCORES[budget]
@@ -495,20 +492,14 @@ def results_markdown(results: list[dict[str, Any]], name: str) -> str:
                 return format_mean_std(mean, std)
 
             lines += [f"The papers' {table} (mean ± std over 5 seeds) for these games and cores:", "",
-                      *markdown_table("Game", rows, columns, paper_cell), ""]
+                      *grid_table("Game", rows, columns, paper_cell), ""]
     return "\n".join(lines)
 
 
 def write_results(results: list[dict[str, Any]], sweep_dir: str, name: str) -> None:
     """``results.csv`` (one row per finished trial) and ``results.md`` in the sweep directory."""
-    text = io.StringIO()
-    writer = csv.DictWriter(text, CSV_FIELDS, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(results)
-    atomic_write_text(os.path.join(sweep_dir, "results.csv"), text.getvalue())
-    markdown = results_markdown(results, name)
-    atomic_write_text(os.path.join(sweep_dir, "results.md"), markdown)
-    print(markdown, flush=True)
+    tables.write_results(sweep_dir, "results", rows=results, fields=CSV_FIELDS,
+                         markdown=results_markdown(results, name))
 
 
 def plot_curves(results: list[dict[str, Any]], sweep_dir: str) -> None:
