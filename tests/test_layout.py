@@ -96,3 +96,13 @@ def test_the_readme_names_every_registered_core():
     table = readme.split("## The memory cores")[1].split("\n## ")[0]
     rows = re.findall(r"^\| `(\w+)` \|", table, re.M)
     assert sorted(rows) == sorted(CORES), "the table of the memory cores has one row per registered core"
+
+
+def test_packages_import_only_leftwards_as_docs_architecture_draws():
+    """fastnet <- envs <- agents <- launch: a package imports none to its right."""
+    graph = module_graph(ROOT, *PACKAGES)
+    order = ("fastnet", "envs", "agents", "launch")
+    backwards = [(m, e) for m in graph for e in graph[m]
+                 if order.index(e.split(".")[0]) > order.index(m.split(".")[0])]
+    assert not backwards
+    assert "fastnet  <-  envs  <-  agents  <-  launch" in (ROOT / "docs" / "architecture.md").read_text()
