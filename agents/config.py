@@ -309,6 +309,23 @@ def task_section(name: str) -> type:
                          tuple(TASKS), "task")
 
 
+RESUMABLE = {"resumable": True}
+"""Field metadata: a resumed run may change this setting (on a section's field: all of its keys);
+a change to any other is refused (agents.learning.checkpoint.check_same_run)."""
+
+
+def resumable_keys(config: Any, prefix: str = "") -> tuple[str, ...]:
+    """The dotted keys of ``config``'s fields marked :data:`RESUMABLE`, its sections' included."""
+    keys: list[str] = []
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.metadata.get("resumable"):
+            keys.append(prefix + f.name)
+        elif dataclasses.is_dataclass(value):
+            keys += resumable_keys(value, f"{prefix}{f.name}.")
+    return tuple(keys)
+
+
 def options(section: Any) -> dict[str, Any]:
     """The fields of a named section as keyword options, less its ``name``."""
     return {k: v for k, v in dataclasses.asdict(section).items() if k != "name"}

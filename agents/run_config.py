@@ -24,7 +24,7 @@ from jsonargparse.typing import (
     restricted_number_type,
 )
 
-from agents.config import check, core_section, env_section, from_dict, options
+from agents.config import RESUMABLE, check, core_section, env_section, from_dict, options
 from agents.network import AgentNet, MLPNetworkConfig, NatureNetworkConfig, NetworkConfig, ResNetNetworkConfig
 
 # A momentum or an Adam β of 1 or more never forgets: the step grows without bound.
@@ -37,17 +37,17 @@ class RunConfig:
 
     seed: int = 0
     """Seed of torch, numpy and the environments."""
-    device: str = "cpu"
+    device: str = field(default="cpu", metadata=RESUMABLE)
     """Where the model trains: cpu, cuda, cuda:N, or auto (cuda when there is one)."""
-    run_dir: str = "runs/{core}"
+    run_dir: str = field(default="runs/{core}", metadata=RESUMABLE)
     """Directory for checkpoints, logs and config.yaml; {env}, {id}, {game}, {task} and {core} are filled in."""
-    num_threads: NonNegativeInt = 1
+    num_threads: NonNegativeInt = field(default=1, metadata=RESUMABLE)
     """torch threads of the training process (0: torch's default)."""
-    resume: bool = True
+    resume: bool = field(default=True, metadata=RESUMABLE)
     """Resume from the run directory's checkpoint when it has one (false: start afresh there)."""
-    kernels: Optional[Literal["auto", "triton", "reference"]] = None
+    kernels: Optional[Literal["auto", "triton", "reference"]] = field(default=None, metadata=RESUMABLE)
     """Sequence kernels: auto (Triton on CUDA after a self-check), triton, reference; null: $DELTABEAST_KERNELS."""
-    keep_checkpoints: PositiveInt = 2
+    keep_checkpoints: PositiveInt = field(default=2, metadata=RESUMABLE)
     """Checkpoints kept besides milestones (the latest and those before it, for a resume to fall back on)."""
 
 
@@ -79,13 +79,13 @@ class OptimConfig:
     """Adam: β1, in [0, 1)."""
     beta2: UnitIntervalHalfOpen = 0.999
     """Adam: β2, in [0, 1)."""
-    grad_clip: NonNegativeFloat = 40.0
+    grad_clip: NonNegativeFloat = field(default=40.0, metadata=RESUMABLE)
     """Clip the global gradient norm to this (0: no clipping)."""
     warmup_steps: NonNegativeInt = 0
     """Updates of linear warm-up from 0 to lr."""
     lr_decay: bool = False
     """Decay the learning rate linearly to 0 at the end of the budget."""
-    max_nonfinite_steps: PositiveInt = 10
+    max_nonfinite_steps: PositiveInt = field(default=10, metadata=RESUMABLE)
     """Stop the run after this many updates in a row whose loss or gradient is NaN or inf (each is skipped)."""
 
 
@@ -111,7 +111,7 @@ class RayConfig:
 class RLRunConfig(RunConfig):
     """The run: seed, device, budget, run directory."""
 
-    total_steps: PositiveInt = 1_000_000
+    total_steps: PositiveInt = field(default=1_000_000, metadata=RESUMABLE)
     """Environment steps to train for (the lr decays to 0 over them if optim.lr_decay)."""
 
 
@@ -119,27 +119,27 @@ class RLRunConfig(RunConfig):
 class ActorConfig:
     """The acting side: processes that step the envs, and where the policy runs."""
 
-    num_actors: PositiveInt = 2
+    num_actors: PositiveInt = field(default=2, metadata=RESUMABLE)
     """Actor (or, in server mode, env worker) processes."""
     envs_per_actor: PositiveInt = 64
     """Envs each process steps as one batch (learner.batch_size must be a multiple of it)."""
     unroll_length: PositiveInt = 20
     """T: steps per unroll, the learner's backpropagation span."""
-    inference: Literal["auto", "actor", "server"] = "auto"
+    inference: Literal["auto", "actor", "server"] = field(default="auto", metadata=RESUMABLE)
     """Where the policy runs: a CPU copy per actor (actor), or batched on the learner device (server, auto on CUDA)."""
-    num_buffers: Optional[PositiveInt] = None
+    num_buffers: Optional[PositiveInt] = field(default=None, metadata=RESUMABLE)
     """Actor mode: rollout buffers the actors fill (null: 2 x num_actors + a batch's; a batch's caps the lag at one)."""
-    server_max_batch: NonNegativeInt = 0
+    server_max_batch: NonNegativeInt = field(default=0, metadata=RESUMABLE)
     """Server mode: the most envs one inference batch serves (0: all)."""
-    server_max_wait_ms: NonNegativeFloat = 2.0
+    server_max_wait_ms: NonNegativeFloat = field(default=2.0, metadata=RESUMABLE)
     """Server mode: how long a batch waits for more envs after the first is ready."""
     worker_splits: PositiveInt = 1
     """Server mode: groups each worker's envs take turns in, stepping one while the server acts for another."""
     server_side_stream: bool = False
     """Server mode on CUDA: the inference loop on a stream of its own, with events (checked, not timed, on a GPU)."""
-    backend: Literal["local", "ray"] = "local"
+    backend: Literal["local", "ray"] = field(default="local", metadata=RESUMABLE)
     """Where the actors run: processes on this machine (local), or actor hosts across a Ray cluster (ray)."""
-    start_method: Literal["fork", "spawn", "forkserver"] = "fork"
+    start_method: Literal["fork", "spawn", "forkserver"] = field(default="fork", metadata=RESUMABLE)
     """How the processes start (fork starts fastest; a CUDA learner in actor mode needs spawn or forkserver)."""
 
 
@@ -219,13 +219,13 @@ class TrainConfig:
     env: Any = field(default_factory=lambda: env_section("maze")())
     """The environment and its options."""
     actor: ActorConfig = field(default_factory=ActorConfig)
-    ray: RayConfig = field(default_factory=RayConfig)
+    ray: RayConfig = field(default_factory=RayConfig, metadata=RESUMABLE)
     network: NetworkConfig = field(default_factory=MLPNetworkConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr_decay=True))
-    log: RLLogConfig = field(default_factory=RLLogConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    log: RLLogConfig = field(default_factory=RLLogConfig, metadata=RESUMABLE)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig, metadata=RESUMABLE)
 
     def resolved_run_dir(self) -> str:
         return self.run.run_dir.format(env=self.env.name, core=self.core.name, game=getattr(self.env, "game", ""),

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from agents import files
-from agents.config import to_dict
+from agents.config import resumable_keys, to_dict
 from agents.errors import (
     ConfigMismatchError,
     CorruptCheckpointError,
@@ -28,7 +28,6 @@ from agents.learning.checkpoint import (
     load_latest_good,
     save_checkpoint,
 )
-from agents.learning.training import RESUMABLE
 from launch.maze import load
 
 
@@ -130,10 +129,10 @@ def test_check_same_run_names_the_settings_that_differ():
     saved = to_dict(load(["--core", "lstm", "--core.hidden_size", "64"]))
     resumable = load(["--core", "lstm", "--core.hidden_size", "64", "--total_steps", "1000000000",
                       "--device", "auto", "--log.tensorboard", "false", "--num_actors", "48"])
-    check_same_run(saved, resumable, RESUMABLE, "ckpt.pt")  # a longer run, more actors: fine
+    check_same_run(saved, resumable, resumable_keys(resumable), "ckpt.pt")  # a longer run, more actors: fine
     other = load(["--core", "lstm", "--core.hidden_size", "128", "--optim.lr", "1.0", "--actor.unroll_length", "80"])
     with pytest.raises(ConfigMismatchError) as error:
-        check_same_run(saved, other, RESUMABLE, "ckpt.pt")
+        check_same_run(saved, other, resumable_keys(other), "ckpt.pt")
     message = str(error.value)
     assert "\n" not in message
     lr, unroll = saved["optim"]["lr"], saved["actor"]["unroll_length"]  # maze.yaml's defaults
@@ -142,7 +141,23 @@ def test_check_same_run_names_the_settings_that_differ():
     assert "total_steps" not in message and message.count(" -> ") == 3
     del saved["loss"]["rho_bar"]  # a setting this checkpoint predates is not compared
     other = load(["--core", "lstm", "--core.hidden_size", "64", "--loss.rho_bar", "2.0"])
-    check_same_run(saved, other, RESUMABLE, "ckpt.pt")
+    check_same_run(saved, other, resumable_keys(other), "ckpt.pt")
+
+
+def test_the_fields_marked_resumable_are_the_budgets_hardware_logging_and_cadence():
+    """The keys a resume may change, as issue 24 listed them, now read off the fields' metadata."""
+    from launch import supervised
+
+    assert set(resumable_keys(load([]))) == {
+        "run.total_steps", "run.device", "run.run_dir", "run.num_threads", "run.resume", "run.keep_checkpoints",
+        "run.kernels", "actor.num_actors", "actor.num_buffers", "actor.inference", "actor.server_max_batch",
+        "actor.server_max_wait_ms", "actor.backend", "actor.start_method", "ray", "log", "checkpoint",
+        "optim.grad_clip", "optim.max_nonfinite_steps"}
+    assert set(resumable_keys(supervised.load([]))) == {
+        "run.device", "run.run_dir", "run.num_threads", "run.resume", "run.keep_checkpoints", "run.kernels",
+        "optim.grad_clip", "optim.max_nonfinite_steps", "log", "train.max_steps", "train.max_epochs",
+        "train.max_time_s", "train.eval_every", "train.eval_batch_size", "train.patience", "train.min_delta",
+        "train.target_loss", "train.checkpoint_every"}
 
 
 def test_atomic_files_get_the_permissions_open_would_give(tmp_path):
@@ -253,7 +268,7 @@ def test_resume_does_not_fall_back_past_a_checkpoint_of_other_settings(tmp_path)
     save_checkpoint(str(tmp_path), model=torch.nn.Linear(3, 2), optimizer=None, scheduler=None,
                     counters={"step": 1}, config=to_dict(load(["--seed", "0"])))
     with pytest.raises(ConfigMismatchError, match="run.seed 0 -> 1"):
-        load_latest_good(str(tmp_path), config=load(["--seed", "1"]), may_change=RESUMABLE)
+        load_latest_good(str(tmp_path), config=load(["--seed", "1"]), may_change=resumable_keys(load([])))
 
 
 # ---------------------------------------------------------------- a checkpoint is data (issue 24)
@@ -426,7 +441,7 @@ def test_check_same_run_reads_saved_lists_as_the_tuples_they_were():
     wrapped = ["--suite", "minigrid", "--env.wrappers", '["minigrid.wrappers:OneHotPartialObsWrapper"]']
     saved = to_dict(memory.load(wrapped))
     assert saved["env"]["wrappers"] == ["minigrid.wrappers:OneHotPartialObsWrapper"]
-    check_same_run(saved, memory.load(wrapped), RESUMABLE, "ckpt.pt")
+    check_same_run(saved, memory.load(wrapped), resumable_keys(memory.load(wrapped)), "ckpt.pt")
     change = r"env.wrappers \['minigrid.wrappers:OneHotPartialObsWrapper'\] -> \[\]"
     with pytest.raises(ConfigMismatchError, match=change):
-        check_same_run(saved, memory.load(["--suite", "minigrid"]), RESUMABLE, "ckpt.pt")
+        check_same_run(saved, memory.load(["--suite", "minigrid"]), ("run.total_steps",), "ckpt.pt")

@@ -39,7 +39,7 @@ from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveInt
 from torch import Tensor, nn
 
 from agents import run_config
-from agents.config import check, core_section, options, task_section
+from agents.config import RESUMABLE, check, core_section, options, task_section
 from agents.errors import ConfigError
 from agents.files import atomic_save, atomic_write_text
 from agents.learning.logger import Logger
@@ -72,25 +72,25 @@ class LoopConfig:
 
     batch_size: PositiveInt = 64
     """Sequences per update."""
-    max_steps: NonNegativeInt = 10_000
+    max_steps: NonNegativeInt = field(default=10_000, metadata=RESUMABLE)
     """Updates to train for (0: unbounded; then max_epochs or max_time_s must be set)."""
-    max_epochs: NonNegativeFloat = 0.0
+    max_epochs: NonNegativeFloat = field(default=0.0, metadata=RESUMABLE)
     """Finite training sets: stop after this many epochs (0: off)."""
-    max_time_s: NonNegativeFloat = 0.0
+    max_time_s: NonNegativeFloat = field(default=0.0, metadata=RESUMABLE)
     """Wall-clock budget in seconds (0: off)."""
-    eval_every: PositiveInt = 500
+    eval_every: PositiveInt = field(default=500, metadata=RESUMABLE)
     """Updates between evaluations on the valid split."""
-    eval_batch_size: PositiveInt = 256
+    eval_batch_size: PositiveInt = field(default=256, metadata=RESUMABLE)
     """Sequences per evaluation batch."""
-    patience: NonNegativeInt = 0
+    patience: NonNegativeInt = field(default=0, metadata=RESUMABLE)
     """Stop after this many updates without progress of the valid select_metric (0: off)."""
-    min_delta: NonNegativeFloat = 0.0
+    min_delta: NonNegativeFloat = field(default=0.0, metadata=RESUMABLE)
     """Progress = the valid score beats the best by more than this."""
     select_metric: Literal["loss", "mse", "ppl", "token_acc", "seq_acc"] = "loss"
     """The valid metric that picks the best model and drives patience (loss, mse, ppl: lower is better)."""
-    target_loss: NonNegativeFloat = 0.0
+    target_loss: NonNegativeFloat = field(default=0.0, metadata=RESUMABLE)
     """Stop once the valid loss is below this (0: off)."""
-    checkpoint_every: NonNegativeInt = 1000
+    checkpoint_every: NonNegativeInt = field(default=1000, metadata=RESUMABLE)
     """Updates between checkpoints (0: only at the end)."""
 
 
@@ -123,7 +123,7 @@ class Config:
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(name="adam", lr=3e-4, eps=1e-8, grad_clip=0.0))
     loss: LossConfig = field(default_factory=LossConfig)
     train: LoopConfig = field(default_factory=LoopConfig)
-    log: LogConfig = field(default_factory=LogConfig)
+    log: LogConfig = field(default_factory=LogConfig, metadata=RESUMABLE)
 
     def resolved_run_dir(self) -> str:
         return self.run.run_dir.format(task=self.task.name, core=self.core.name)

@@ -15,24 +15,11 @@ from typing import Any, Callable
 import torch
 from torch import Tensor, nn
 
-from agents.config import save_yaml, to_dict
+from agents.config import resumable_keys, save_yaml, to_dict
 from agents.errors import ConfigError, UserError, WriteFailure
 from agents.learning.checkpoint import load_latest_good, save_checkpoint
 from agents.run_config import OptimConfig
 from fastnet.feature_maps import redraw_random_features
-
-# Settings a resumed run may change: budgets, hardware, logging and checkpoint cadence, and the
-# clip and guard of the update. Any other difference from the checkpoint's config (the core and
-# its sizes, the env, the lr, the seed, ...) is refused (agents.learning.checkpoint.check_same_run). A
-# section name covers all of its keys.
-RESUMABLE = ("run.total_steps", "run.device", "run.run_dir", "run.num_threads", "run.resume", "run.keep_checkpoints",
-             "run.kernels",
-             "actor.num_actors", "actor.num_buffers", "actor.inference", "actor.server_max_batch",
-             "actor.server_max_wait_ms",
-             "actor.backend", "ray",
-             "actor.start_method", "log", "checkpoint", "optim.grad_clip", "optim.max_nonfinite_steps",
-             "train.max_steps", "train.max_epochs", "train.max_time_s", "train.eval_every", "train.eval_batch_size",
-             "train.patience", "train.min_delta", "train.target_loss", "train.checkpoint_every")
 
 
 class NonFiniteError(UserError):
@@ -92,7 +79,9 @@ class Trainer:
     """A model's optimiser, schedule, update step and checkpoints in ``run_dir``.
 
     ``config`` is the run's config dataclass: checkpoints carry it, and a resume refuses a
-    checkpoint written under other settings than those in :data:`RESUMABLE`.
+    checkpoint written under other settings than those its fields mark resumable
+    (:data:`agents.config.RESUMABLE`: budgets, hardware, logging and checkpoint cadence, the clip
+    and guard of the update).
     """
 
     def __init__(self, model: nn.Module, optim: OptimConfig, total_updates: float, run_dir: str, config: Any,
@@ -108,7 +97,7 @@ class Trainer:
         found = None
         if resume:
             found = load_latest_good(self.run_dir, self.model, self.optimizer, self.scheduler, map_location=device,
-                                     config=self.config, may_change=RESUMABLE)
+                                     config=self.config, may_change=resumable_keys(self.config))
         if found is not None:
             path, payload = found
             self.saved_step = int(payload["counters"]["step"])
