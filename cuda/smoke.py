@@ -120,10 +120,9 @@ def server_mode(device: torch.device, quick: bool = False) -> int:
     """Step 3 of the module docstring; returns the number of failed checks."""
     import envs
     from agents.acting.inference import InferenceServer, split_seed
-    from agents.acting.transport import EnvSetup
+    from agents.acting.transport import ActorConfig, EnvSetup
     from agents.learning.learner import train
     from agents.network import AgentNet
-    from agents.run_config import ActorConfig
     from launch import maze
 
     failed = 0

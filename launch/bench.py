@@ -264,8 +264,7 @@ def _pool_rate(args: argparse.Namespace, model: torch.nn.Module, n: int) -> floa
     """Env-steps/s of ``ActorPool`` (``args.pool`` processes, n envs in all) with a no-op learner
     (:func:`_transport_rate` over ``seconds * reps``)."""
     from agents.acting.actor import ActorPool
-    from agents.acting.transport import EnvSetup
-    from agents.run_config import ActorConfig
+    from agents.acting.transport import ActorConfig, EnvSetup
 
     per_actor = n // args.pool
     model.share_memory()

@@ -12,9 +12,8 @@ import torch
 
 import envs
 from agents.actions import ActionSpace
-from agents.learning.losses import Unrolls, actor_critic_losses
+from agents.learning.losses import LossConfig, Unrolls, actor_critic_losses
 from agents.network import AgentNet
-from agents.run_config import LossConfig
 from launch import evaluate, train
 
 SIZES = (3, 4, 2)

@@ -16,13 +16,12 @@ import torch
 
 import envs
 from agents.acting.actor import ActorPool
-from agents.acting.transport import EnvSetup
+from agents.acting.transport import ActorConfig, EnvSetup
 from agents.acting.workers import IndexQueue, PipeFlag
 from agents.errors import ActorError
 from agents.learning.checkpoint import load_latest_good
 from agents.learning.logger import read_csv
 from agents.network import AgentNet
-from agents.run_config import ActorConfig
 from tests.test_maze_training import MAZE, SMALL, _group_members, tiny_flags
 
 pytest.importorskip("envs.maze")

@@ -408,14 +408,14 @@ def test_convert_checkpoint_makes_an_older_file_plain_data(tmp_path, capsys):
     import numpy as np
 
     from agents.errors import UnsafeCheckpointError
-    from agents.run_config import OptimConfig
+    from agents.learning.training import OptimConfig
     from launch import convert_checkpoint
 
     model = torch.nn.Linear(3, 2)
     path = tmp_path / "old.pt"
     torch.save({"model": model.state_dict(), "counters": {"step": np.int64(7)},
                 "recent_returns": np.array([1.5, 2.5]), "config": OptimConfig(lr=1e-3)}, path)
-    with pytest.raises(UnsafeCheckpointError, match="names agents.run_config.OptimConfig, numpy"):
+    with pytest.raises(UnsafeCheckpointError, match="names agents.learning.training.OptimConfig, numpy"):
         load_checkpoint(str(path))
     convert_checkpoint.main([str(path), "--output", str(tmp_path / "new.pt")])
     assert "loads as data only" in capsys.readouterr().out

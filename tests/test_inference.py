@@ -19,12 +19,11 @@ import torch
 
 import envs
 from agents.acting.inference import WAKE, InferenceServer, split_seed
-from agents.acting.transport import EnvSetup
+from agents.acting.transport import ActorConfig, EnvSetup
 from agents.errors import ActorError
 from agents.learning.learner import train
 from agents.learning.logger import read_csv
 from agents.network import AgentNet
-from agents.run_config import ActorConfig
 from fastnet.registry import core_class
 from tests.test_actor import _shm_files, _shm_inodes, _wait_for
 from tests.test_maze_training import MAZE, SMALL, TINY, _group_members, config, tiny_flags

@@ -10,10 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from agents.learning.learner import compute_loss, learn_from_batch, minibatch_columns, select_trajectories
-from agents.learning.losses import Unrolls, actor_critic_losses
+from agents.learning.losses import LossConfig, Unrolls, actor_critic_losses
 from agents.learning.vtrace import gae, vtrace
 from agents.popart import PopArt
-from agents.run_config import LossConfig
 from tests.test_learner import fixed_batch, make, sgd_trainer
 
 

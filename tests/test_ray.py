@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from agents.acting.ray_backend import RayTransport
+from agents.acting.transport import RayConfig
 from agents.errors import ActorError, ConfigError
 from agents.learning.learner import train
 from agents.learning.logger import read_csv
-from agents.run_config import RayConfig, build_model
+from agents.run_config import build_model
 from tests.test_maze_training import config
 
 ray = pytest.importorskip("ray")

@@ -11,7 +11,7 @@ import torch
 from agents.config import core_section, task_section
 from agents.errors import ConfigMismatchError
 from agents.learning.supervised import Config, LogConfig, LoopConfig, ModelConfig, evaluate, train
-from agents.run_config import OptimConfig, RunConfig
+from agents.learning.training import OptimConfig, RunConfig
 from envs.tasks import make_task
 from fastnet import CORES
 from launch import supervised as launcher

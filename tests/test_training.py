@@ -10,8 +10,7 @@ import torch
 import agents.learning.learner
 from agents.errors import ConfigError
 from agents.learning.checkpoint import load_checkpoint
-from agents.learning.training import NonFiniteError, Trainer, build_optimizer, resolve_device
-from agents.run_config import OptimConfig
+from agents.learning.training import NonFiniteError, OptimConfig, Trainer, build_optimizer, resolve_device
 from launch import maze
 
 

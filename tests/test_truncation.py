@@ -12,10 +12,9 @@ import torch
 import envs
 from agents.acting.actor import EnvRunner, create_buffers
 from agents.acting.inference import InferenceServer
-from agents.acting.transport import EnvSetup
+from agents.acting.transport import ActorConfig, EnvSetup
 from agents.learning.learner import unrolls_of
 from agents.learning.losses import actor_critic_losses
-from agents.run_config import ActorConfig
 from launch.maze import load
 from tests.test_inference import _policy
 

@@ -19,9 +19,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from agents.acting.transport import Batch, EnvSetup, Transport
+from agents.acting.transport import ActorConfig, Batch, EnvSetup, Transport
 from agents.acting.workers import IndexQueue, PipeFlag, WorkerProcesses
-from agents.run_config import ActorConfig
 from fastnet.state import State
 
 

@@ -51,11 +51,10 @@ import torch
 from torch import Tensor, nn
 
 from agents.acting.actor import create_buffers
-from agents.acting.transport import Batch, EnvSetup, Transport
+from agents.acting.transport import ActorConfig, Batch, EnvSetup, Transport
 from agents.acting.workers import IndexQueue, PipeFlag, WorkerProcesses
 from agents.errors import ActorError, UserError
 from agents.network import check_actions
-from agents.run_config import ActorConfig
 
 WAKE = -1  # put on ``ready`` by the learner when it hands back a batch, so a waiting loop looks again
 # What a worker writes, and each row of an unroll copies (final_value: 0 from the worker; the server

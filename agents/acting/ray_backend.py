@@ -30,9 +30,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.acting.transport import Batch, Transport
+from agents.acting.transport import Batch, RayConfig, Transport
 from agents.errors import ActorError, ConfigError, RunFailure, UserError
-from agents.run_config import RayConfig
 
 # A host that Ray is restarting answers calls at once with ActorUnavailableError: such calls are made
 # again after RETRY_DELAY_S, and do not count as deaths; one still restarting after RESTART_TIMEOUT_S

@@ -21,13 +21,62 @@ core state before step 0, so the learner can re-run the unroll exactly as it was
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Optional
 
 import torch
+from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from torch import Tensor, nn
 
+from agents.config import RESUMABLE
+
 Batch = dict[str, Tensor]
+
+
+@dataclass
+class ActorConfig:
+    """The acting side: processes that step the envs, and where the policy runs."""
+
+    num_actors: PositiveInt = field(default=2, metadata=RESUMABLE)
+    """Actor (or, in server mode, env worker) processes."""
+    envs_per_actor: PositiveInt = 64
+    """Envs each process steps as one batch (learner.batch_size must be a multiple of it)."""
+    unroll_length: PositiveInt = 20
+    """T: steps per unroll, the learner's backpropagation span."""
+    inference: Literal["auto", "actor", "server"] = field(default="auto", metadata=RESUMABLE)
+    """Where the policy runs: a CPU copy per actor (actor), or batched on the learner device (server, auto on CUDA)."""
+    num_buffers: Optional[PositiveInt] = field(default=None, metadata=RESUMABLE)
+    """Actor mode: rollout buffers the actors fill (null: 2 x num_actors + a batch's; a batch's caps the lag at one)."""
+    server_max_batch: NonNegativeInt = field(default=0, metadata=RESUMABLE)
+    """Server mode: the most envs one inference batch serves (0: all)."""
+    server_max_wait_ms: NonNegativeFloat = field(default=2.0, metadata=RESUMABLE)
+    """Server mode: how long a batch waits for more envs after the first is ready."""
+    worker_splits: PositiveInt = 1
+    """Server mode: groups each worker's envs take turns in, stepping one while the server acts for another."""
+    server_side_stream: bool = False
+    """Server mode on CUDA: the inference loop on a stream of its own, with events (checked, not timed, on a GPU)."""
+    backend: Literal["local", "ray"] = field(default="local", metadata=RESUMABLE)
+    """Where the actors run: processes on this machine (local), or actor hosts across a Ray cluster (ray)."""
+    start_method: Literal["fork", "spawn", "forkserver"] = field(default="fork", metadata=RESUMABLE)
+    """How the processes start (fork starts fastest; a CUDA learner in actor mode needs spawn or forkserver)."""
+
+
+@dataclass
+class RayConfig:
+    """The Ray backend (actor.backend: ray): the cluster, and how unrolls and weights travel."""
+
+    address: str = "auto"
+    """Cluster to join: auto (a running one, else start one here), local (always start one here), or host:port."""
+    max_in_flight: PositiveInt = 2
+    """Unroll calls outstanding per host: the backpressure bound."""
+    weights_every: PositiveInt = 1
+    """Publish the learner's weights to the hosts every this many updates."""
+    max_restarts: NonNegativeInt = 10
+    """Restarts Ray makes of a host that died, before the run stops."""
+    unrolls_per_call: PositiveInt = 2
+    """Unrolls a host makes per call: more amortise Ray's cost per call (~7 ms), and the policy lag grows."""
+    cpus_per_host: PositiveFloat = 1.0
+    """CPUs each host reserves in the placement group."""
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,49 @@ are computed from the values the network gives now.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Literal, Optional
 
 import torch
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, OpenUnitInterval, PositiveFloat
 from torch import Tensor
 
 from agents.actions import ActionSpace
 from agents.learning.vtrace import gae, vtrace
-from agents.run_config import LossConfig
+
+
+@dataclass
+class LossConfig:
+    """The IMPALA loss (Espeholt et al., 2018, Eqs. 1-4) and the cores' auxiliary losses."""
+
+    discount: ClosedUnitInterval = 0.9
+    """γ."""
+    baseline_cost: NonNegativeFloat = 0.5
+    """Weight of the baseline (value) loss."""
+    entropy_cost: NonNegativeFloat = 0.01
+    """Weight of the entropy bonus."""
+    rho_bar: PositiveFloat = 1.0
+    """V-trace's ρ̄, the clip of the importance weights in the targets."""
+    c_bar: NonNegativeFloat = 1.0
+    """V-trace's c̄, the clip of the trace-cutting weights."""
+    aux_loss_weights: dict[str, float] = field(default_factory=dict)
+    """Weight of each core auxiliary loss by name (MNM: meta); a loss not listed has weight 1."""
+    clip: Optional[PositiveFloat] = None
+    """PPO's ε: the clipped surrogate on the ratio π/μ (null: IMPALA's ρ-weighted policy gradient)."""
+    advantages: Literal["vtrace", "gae"] = "vtrace"
+    """Advantages and value targets: V-trace (off-policy corrected) or GAE (on-policy; needs loss.clip)."""
+    gae_lambda: ClosedUnitInterval = 0.95
+    """GAE's λ."""
+    normalize_advantages: bool = False
+    """Standardise the advantages over each minibatch."""
+    value_clip: Optional[PositiveFloat] = None
+    """PPO's value clipping: keep the value within this of its value before the batch's updates (null: off)."""
+    popart: bool = False
+    """Normalise the value targets with PopArt (scale-free value loss and advantages)."""
+    popart_step: OpenUnitInterval = 0.01
+    """PopArt: the step β of the targets' running mean and mean square, per batch."""
+    popart_min_sigma: PositiveFloat = 0.01
+    """PopArt: floor of σ, so a solved task's near-constant targets do not blow up the advantages."""
 
 
 @dataclass(frozen=True)

@@ -38,13 +38,12 @@ import torch.nn.functional as F
 from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveInt
 from torch import Tensor, nn
 
-from agents import run_config
 from agents.config import RESUMABLE, check, core_section, options, task_section
 from agents.errors import ConfigError
 from agents.files import atomic_save, atomic_write_text
+from agents.learning import training
 from agents.learning.logger import Logger
-from agents.learning.training import Trainer, configure_kernels, resolve_device
-from agents.run_config import OptimConfig, RunConfig
+from agents.learning.training import OptimConfig, RunConfig, Trainer, configure_kernels, resolve_device
 from envs.tasks import Batch, Task, make_task
 from fastnet import make_core
 from fastnet.feature_maps import FeatureMap
@@ -103,7 +102,7 @@ class LossConfig:
 
 
 @dataclass
-class LogConfig(run_config.LogConfig):
+class LogConfig(training.LogConfig):
     """Progress line, CSV and TensorBoard."""
 
     every: PositiveInt = 50

@@ -1,5 +1,5 @@
-"""What the RL learner and the supervised trainer share: the config sections both have, the
-optimiser and its schedule, the update step (clipping, a guard against non-finite losses and
+"""What the RL learner and the supervised trainer share: the config sections both have (run,
+log, optim), the optimiser and its schedule, the update step (clipping, a guard against non-finite losses and
 gradients), checkpoints and resume.
 
 Both trainers build a :class:`Trainer` around their model and call :meth:`Trainer.update` with a
@@ -10,16 +10,85 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Optional
 
 import torch
+from jsonargparse.typing import (
+    ClosedUnitInterval,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    restricted_number_type,
+)
 from torch import Tensor, nn
 
-from agents.config import resumable_keys, save_yaml, to_dict
+from agents.config import RESUMABLE, resumable_keys, save_yaml, to_dict
 from agents.errors import ConfigError, UserError, WriteFailure
 from agents.learning.checkpoint import load_latest_good, save_checkpoint
-from agents.run_config import OptimConfig
 from fastnet.feature_maps import redraw_random_features
+
+# A momentum or an Adam β of 1 or more never forgets: the step grows without bound.
+UnitIntervalHalfOpen = restricted_number_type("UnitIntervalHalfOpen", float, [(">=", 0), ("<", 1)])
+
+
+@dataclass
+class RunConfig:
+    """The run: seed, device, run directory."""
+
+    seed: int = 0
+    """Seed of torch, numpy and the environments."""
+    device: str = field(default="cpu", metadata=RESUMABLE)
+    """Where the model trains: cpu, cuda, cuda:N, or auto (cuda when there is one)."""
+    run_dir: str = field(default="runs/{core}", metadata=RESUMABLE)
+    """Directory for checkpoints, logs and config.yaml; {env}, {id}, {game}, {task} and {core} are filled in."""
+    num_threads: NonNegativeInt = field(default=1, metadata=RESUMABLE)
+    """torch threads of the training process (0: torch's default)."""
+    resume: bool = field(default=True, metadata=RESUMABLE)
+    """Resume from the run directory's checkpoint when it has one (false: start afresh there)."""
+    kernels: Optional[Literal["auto", "triton", "reference"]] = field(default=None, metadata=RESUMABLE)
+    """Sequence kernels: auto (Triton on CUDA after a self-check), triton, reference; null: $DELTABEAST_KERNELS."""
+    keep_checkpoints: PositiveInt = field(default=2, metadata=RESUMABLE)
+    """Checkpoints kept besides milestones (the latest and those before it, for a resume to fall back on)."""
+
+
+@dataclass
+class LogConfig:
+    """Progress line, CSV and TensorBoard."""
+
+    print_every_s: NonNegativeFloat = 5.0
+    """Seconds between progress lines."""
+    tensorboard: bool = True
+    """Also write TensorBoard scalars to run_dir/tb."""
+
+
+@dataclass
+class OptimConfig:
+    """The optimiser, its learning-rate schedule and the update's safeguards."""
+
+    name: Literal["rmsprop", "adam"] = "rmsprop"
+    """RMSProp (as IMPALA) or Adam."""
+    lr: PositiveFloat = 6e-4
+    """Learning rate (at the end of the warm-up)."""
+    eps: NonNegativeFloat = 0.01
+    """ε added to the denominator (RMSProp and Adam)."""
+    alpha: ClosedUnitInterval = 0.99
+    """RMSProp: smoothing of the squared gradients."""
+    momentum: UnitIntervalHalfOpen = 0.0
+    """RMSProp: momentum, in [0, 1)."""
+    beta1: UnitIntervalHalfOpen = 0.9
+    """Adam: β1, in [0, 1)."""
+    beta2: UnitIntervalHalfOpen = 0.999
+    """Adam: β2, in [0, 1)."""
+    grad_clip: NonNegativeFloat = field(default=40.0, metadata=RESUMABLE)
+    """Clip the global gradient norm to this (0: no clipping)."""
+    warmup_steps: NonNegativeInt = 0
+    """Updates of linear warm-up from 0 to lr."""
+    lr_decay: bool = False
+    """Decay the learning rate linearly to 0 at the end of the budget."""
+    max_nonfinite_steps: PositiveInt = field(default=10, metadata=RESUMABLE)
+    """Stop the run after this many updates in a row whose loss or gradient is NaN or inf (each is skipped)."""
 
 
 class NonFiniteError(UserError):
