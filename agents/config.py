@@ -58,20 +58,23 @@ class Selector:
 
 def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], defaults_path: str,
           selectors: tuple[Selector, ...] = (), short_flags: dict[str, str] | None = None,
-          prog: str | None = None, description: str | None = None, presets: dict[str, str] | None = None) -> C:
+          prog: str | None = None, description: str | None = None, presets: dict[str, str] | None = None,
+          renamed: dict[str, str] | None = None) -> C:
     """The config of ``make_schema(names)`` from ``defaults_path``, ``--config FILE`` and ``argv``.
 
     ``names`` maps each selector's section (``"core"``) to the chosen name. ``presets`` names
     more presets to apply before the selectors' (``{"env": "CountRecallEasy"}`` applies
     ``presets.env.CountRecallEasy``, whose own ``presets.core`` then apply for the chosen core),
     below the flags like the others. ``short_flags`` maps
-    short flags to dotted keys (``{"--total_steps": "run.total_steps"}``). ``--help`` and
+    short flags to dotted keys (``{"--total_steps": "run.total_steps"}``); ``renamed`` maps a
+    key's old name to its new one (in flags and files). ``--help`` and
     ``--print_config`` print and raise ``SystemExit(0)``; bad input raises :class:`ConfigError`.
     """
-    argv = expand_short_flags(argv, short_flags or {})
-    defaults = load_yaml(defaults_path)
+    renamed = renamed or {}
+    argv = expand_short_flags(argv, {**(short_flags or {}), **{f"--{old}": new for old, new in renamed.items()}})
+    defaults = rename_keys(load_yaml(defaults_path), renamed)
     user_path = _flag_value(argv, "config")
-    user = load_yaml(user_path) if user_path is not None else {}
+    user = rename_keys(load_yaml(user_path), renamed) if user_path is not None else {}
     names = {}
     for sel in selectors:
         section, _, field_name = sel.key.rpartition(".")
@@ -107,12 +110,12 @@ def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], def
     return config
 
 
-def from_dict(schema: type[C], data: dict[str, Any], source: str) -> C:
+def from_dict(schema: type[C], data: dict[str, Any], source: str, renamed: dict[str, str] | None = None) -> C:
     """``schema`` built from a saved config (a checkpoint's, or config.yaml's), checked as a YAML
-    file would be; ``source`` names it in errors."""
+    file would be, its keys of old names ``renamed``; ``source`` names it in errors."""
     parser = make_parser(schema, None, None, {})
     try:
-        ns = parser.parse_object(data)
+        ns = parser.parse_object(rename_keys(data, renamed or {}))
     except (ArgumentError, KeyError, TypeError, ValueError) as e:
         raise ConfigError(f"{source}: {one_line(e, parser)}") from None
     for key in ("config", "print_config", "debug"):
@@ -145,7 +148,7 @@ def make_parser(schema: type, prog: str | None, description: str | None,
     parser.add_argument("--debug", action="store_true",
                         help="Show the full traceback of an error (or set DELTABEAST_DEBUG=1).")
     parser.add_class_arguments(schema, nested_key=None, fail_untyped=True)
-    sections = {f"--{f.name}" for f in dataclasses.fields(schema)}
+    sections = {f"--{name}" for name in parser.groups}  # the sections, nested ones (actor.server) too
     for action in parser._actions:  # jsonargparse's "--core CONFIG  Path to a configuration file."
         (flag,) = action.option_strings[-1:] or (None,)
         if flag in short_flags:
@@ -208,6 +211,18 @@ def load_yaml(path: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
     return data
+
+
+def rename_keys(raw: dict[str, Any], renamed: dict[str, str]) -> dict[str, Any]:
+    """A copy of ``raw`` with the value at each old dotted key of ``renamed`` moved to its new key."""
+    raw = copy.deepcopy(raw)
+    for old, new in renamed.items():
+        *path, last = old.split(".")
+        parent = functools.reduce(lambda d, k: d.get(k) if isinstance(d, dict) else None, path, raw)
+        if isinstance(parent, dict) and last in parent:
+            *new_path, new_last = new.split(".")
+            functools.reduce(lambda d, k: d.setdefault(k, {}), new_path, raw).setdefault(new_last, parent.pop(last))
+    return raw
 
 
 def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from jsonargparse.typing import (
     PositiveInt,
 )
 
-from agents.acting.transport import ActorConfig, RayConfig
+from agents.acting.transport import SERVER_KEYS_RENAMED, ActorConfig, RayConfig
 from agents.config import RESUMABLE, check, core_section, env_section, from_dict, options
 from agents.learning.losses import LossConfig
 from agents.learning.training import LogConfig, OptimConfig, RunConfig
@@ -136,7 +136,7 @@ def _rl_schema(env: str, core: str, stem: str | None) -> type:
 def config_from_dict(data: dict[str, Any], source: str) -> TrainConfig:
     """The TrainConfig saved in a checkpoint (``payload["config"]``)."""
     stem = (data.get("network") or {}).get("stem")  # absent before network.stem was selectable
-    return from_dict(rl_schema(data["env"]["name"], data["core"]["name"], stem), data, source)
+    return from_dict(rl_schema(data["env"]["name"], data["core"]["name"], stem), data, source, SERVER_KEYS_RENAMED)
 
 
 def inference_mode(cfg: TrainConfig, device_type: str) -> str:
@@ -164,8 +164,9 @@ def check_config(cfg: TrainConfig, device_type: str = "cpu") -> None:
     check(cfg.actor.backend != "ray" or cfg.actor.inference != "server", "actor.inference",
           "server mode runs on the local backend only; with actor.backend ray the hosts act with CPU copies of "
           "the policy (use actor or auto)")
-    check(inference_mode(cfg, device_type) != "server" or cfg.actor.envs_per_actor % cfg.actor.worker_splits == 0,
-          "actor.worker_splits", f"{cfg.actor.worker_splits} must divide actor.envs_per_actor "
+    splits = cfg.actor.server.worker_splits
+    check(inference_mode(cfg, device_type) != "server" or cfg.actor.envs_per_actor % splits == 0,
+          "actor.server.worker_splits", f"{splits} must divide actor.envs_per_actor "
           f"({cfg.actor.envs_per_actor}): server mode splits each worker's envs into that many groups")
 
 

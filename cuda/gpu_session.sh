@@ -48,6 +48,6 @@ step inference 75 python3 launch/bench.py inference --device cuda --env atari --
 splits=$(awk '/^server mode, 1 split/ {one=$(NF-2)} /^server mode, 2 splits/ {two=$(NF-2)}
               END {print (two > one ? 2 : 1)}' "$OUT/inference.txt")
 step atari_training "$TRAIN_S" python3 launch/atari.py --game Pong --core delta --run.device cuda \
-  --actor.inference server --actor.num_actors 12 --actor.envs_per_actor 4 --actor.worker_splits "$splits" \
+  --actor.inference server --actor.num_actors 12 --actor.envs_per_actor 4 --actor.server.worker_splits "$splits" \
   --run.total_steps 200000000 --run.run_dir "$OUT/atari_run" --log.tensorboard false --log.print_every_s 15
 rm -f "$OUT"/atari_run/checkpoint*.pt  # the curve is what comes back

@@ -120,7 +120,7 @@ def server_mode(device: torch.device, quick: bool = False) -> int:
     """Step 3 of the module docstring; returns the number of failed checks."""
     import envs
     from agents.acting.inference import InferenceServer, split_seed
-    from agents.acting.transport import ActorConfig, EnvSetup
+    from agents.acting.transport import ActorConfig, EnvSetup, ServerConfig
     from agents.learning.learner import train
     from agents.network import AgentNet
     from launch import maze
@@ -137,8 +137,9 @@ def server_mode(device: torch.device, quick: bool = False) -> int:
         server = InferenceServer(
             model, envs=EnvSetup("gym", {"id": "CartPole-v1"}, [10 + w for w in range(workers)],
                                  tuple(probe.observation_shape), torch.float32),
-            actor=ActorConfig(num_actors=workers, envs_per_actor=e * splits, unroll_length=T, worker_splits=splits,
-                              server_side_stream=side_stream), batch_size=e * 2, device=device, sample=False)
+            actor=ActorConfig(num_actors=workers, envs_per_actor=e * splits, unroll_length=T,
+                              server=ServerConfig(worker_splits=splits, side_stream=side_stream)),
+            batch_size=e * 2, device=device, sample=False)
         units = workers * splits
         count = [0] * units
         references = [sequential_rollout(model, envs.make("gym", num_envs=e, seed=split_seed(10 + u // splits,

@@ -348,8 +348,8 @@ def bench_inference(args: argparse.Namespace) -> None:
     * raw: ``--num-actors`` processes stepping their envs with random actions (no policy, no transport);
     * actor mode: :class:`agents.acting.actor.ActorPool`, each process running a CPU copy of the policy;
     * server mode: :class:`agents.acting.inference.InferenceServer`, the policy batched on ``--device``,
-      with each of ``--splits`` (actor.worker_splits: units per worker that take turns) and each of
-      ``--wait-ms`` (actor.server_max_wait_ms: how long a batch waits for more units);
+      with each of ``--splits`` (actor.server.worker_splits: units per worker that take turns) and each of
+      ``--wait-ms`` (actor.server.max_wait_ms: how long a batch waits for more units);
     * server, zero-cost policy: the same with uniform random actions and no network, which
       isolates what the transport itself costs.
 
@@ -380,7 +380,7 @@ def bench_inference(args: argparse.Namespace) -> None:
     seeds = list(range(W))
 
     def transport(inference: str, policy: torch.nn.Module, splits: int = 1, wait_ms: float = 0.0) -> float:
-        cfg.actor.inference, cfg.actor.worker_splits, cfg.actor.server_max_wait_ms = inference, splits, wait_ms
+        cfg.actor.inference, cfg.actor.server.worker_splits, cfg.actor.server.max_wait_ms = inference, splits, wait_ms
         setup = EnvSetup(cfg.env.name, env_options, seeds, obs_shape, obs_dtype)
         return _transport_rate(make_transport(cfg, policy, device=device, envs=setup, seed=0), T * E, args.seconds)
 
@@ -388,7 +388,7 @@ def bench_inference(args: argparse.Namespace) -> None:
         return f"{k} split{'s' * (k > 1)}" + (f", wait {wait_ms:g} ms" if len(waits) > 1 else "")
 
     zero_cost = UniformPolicy(num_actions).to(device)
-    waits = args.wait_ms or [cfg.actor.server_max_wait_ms]
+    waits = args.wait_ms or [cfg.actor.server.max_wait_ms]
     servers = [(k, w) for k in args.splits for w in waits]
     modes = {"raw envs": lambda: _raw_rate(cfg.env.name, env_options, W, E, args.seconds),
              "actor mode": lambda: transport("actor", model),
@@ -587,9 +587,9 @@ def main(argv: list[str] | None = None) -> None:
     inference.add_argument("--threads", type=int, default=1,
                            help="torch threads of the server's policy on the CPU (the learner's process)")
     inference.add_argument("--splits", type=int, nargs="+", default=[1, 2],
-                           help="server mode with each of these actor.worker_splits")
+                           help="server mode with each of these actor.server.worker_splits")
     inference.add_argument("--wait-ms", type=float, nargs="+", default=None,
-                           help="server mode with each of these actor.server_max_wait_ms (default: the config's)")
+                           help="server mode with each of these actor.server.max_wait_ms (default: the config's)")
     inference.set_defaults(run=bench_inference)
     backends = sub.add_parser("backends", help="end-to-end training SPS: local backend vs Ray, side by side")
     _add_run_choice(backends)

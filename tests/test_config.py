@@ -112,6 +112,21 @@ def test_help_is_wrapped_and_says_what_a_section_flag_takes(module, capsys):
     assert any(line.split()[:2] == ["--optim", "FILE"] for line in lines)
 
 
+def test_server_modes_keys_of_old_names_still_read(tmp_path):
+    """actor.server_max_batch, server_max_wait_ms, worker_splits and server_side_stream moved to
+    actor.server (issue 43): the old flags, YAML files and saved configs read as the new keys."""
+    from agents.config import to_dict
+    from agents.run_config import config_from_dict
+
+    new = maze.load(["--actor.server.worker_splits", "2", "--actor.server.max_batch", "5"])
+    assert maze.load(["--actor.worker_splits", "2", "--actor.server_max_batch=5"]) == new
+    assert maze.load(["--config", write(tmp_path, "actor: {worker_splits: 2, server_max_batch: 5}\n")]) == new
+    saved = to_dict(new)
+    saved["actor"].update(server_max_batch=5, worker_splits=2, server_side_stream=False, server_max_wait_ms=2.0)
+    del saved["actor"]["server"]  # as a checkpoint written before the section existed holds it
+    assert config_from_dict(saved, "old.pt") == new
+
+
 def _bad_inputs(tmp):
     """(entry point, argv, text the one-line error must contain)."""
     bad_yaml = write(tmp, "optim: {lr: [1, 2\n", "bad.yaml")

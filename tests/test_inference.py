@@ -19,7 +19,7 @@ import torch
 
 import envs
 from agents.acting.inference import WAKE, InferenceServer, split_seed
-from agents.acting.transport import ActorConfig, EnvSetup
+from agents.acting.transport import ActorConfig, EnvSetup, ServerConfig
 from agents.errors import ActorError
 from agents.learning.learner import train
 from agents.learning.logger import read_csv
@@ -51,13 +51,14 @@ def _policy(core: str, env_name: str = ENV, env_options: dict = ENV_OPTIONS, **c
 
 
 def _server(model: AgentNet, num_workers: int, envs_per_worker: int, unroll_length: int, batch_size: int,
-            sample: bool = True, **actor) -> InferenceServer:
-    """A server of ``num_workers`` x ``envs_per_worker`` envs of ENV; ``actor``: more ActorConfig fields."""
+            sample: bool = True, **server) -> InferenceServer:
+    """A server of ``num_workers`` x ``envs_per_worker`` envs of ENV; ``server``: ServerConfig's fields."""
     probe = envs.make(ENV, num_envs=1, **ENV_OPTIONS)
     setup = EnvSetup(ENV, ENV_OPTIONS, [10 + i for i in range(num_workers)], tuple(probe.observation_shape),
                      torch.from_numpy(probe.reset()).dtype)
     return InferenceServer(model, envs=setup, actor=ActorConfig(num_actors=num_workers, envs_per_actor=envs_per_worker,
-                                                                unroll_length=unroll_length, **actor),
+                                                                unroll_length=unroll_length,
+                                                                server=ServerConfig(**server)),
                            batch_size=batch_size, device=torch.device("cpu"), sample=sample)
 
 
@@ -190,7 +191,7 @@ def test_late_workers_are_served_in_the_next_batch(splits):
     """Dynamic batching, on the loop's own bookkeeping (no processes): a batch waits up to
     max_wait for more units, takes all that came, and one that comes later is in the next."""
     server = _server(_policy("lstm"), num_workers=3, envs_per_worker=splits, unroll_length=2, batch_size=1,
-                     server_max_wait_ms=200.0, worker_splits=splits, server_max_batch=3)  # 3 units of 1 env: full
+                     max_wait_ms=200.0, worker_splits=splits, max_batch=3)  # 3 units of 1 env: a full batch
     stalled: list[int] = []
     server.ready.put(2)
     server.ready.put(0)
@@ -245,7 +246,7 @@ def test_a_10x_slower_worker_neither_starves_nor_holds_the_others_back(monkeypat
     monkeypatch.setitem(envs.ENVS, "slow", f"{__name__}:SlowEnv")  # forked workers inherit it
     W, T, seconds = 4, 4, 3.0
     setup = EnvSetup("slow", {}, list(range(W)), (1,), torch.float32)
-    actor = ActorConfig(num_actors=W, envs_per_actor=splits, unroll_length=T, worker_splits=splits)
+    actor = ActorConfig(num_actors=W, envs_per_actor=splits, unroll_length=T, server=ServerConfig(worker_splits=splits))
     server = InferenceServer(_policy("lstm", "slow", {}), envs=setup, actor=actor, batch_size=1,
                              device=torch.device("cpu"))
     unrolls = [0] * (W * splits)

@@ -130,12 +130,12 @@ class InferenceServer(Transport):
         ``act`` as :class:`agents.network.AgentNet`), on ``device``: the server acts with a copy
         of it that :meth:`publish_weights` updates. ``actor`` gives the env workers
         (``num_actors`` of ``envs_per_actor`` envs, unrolls of ``unroll_length``) and the server's
-        settings: ``worker_splits`` divides each worker's envs into that many units that take
-        turns (``batch_size`` must be a multiple of the envs per unit); ``server_max_batch`` 0
-        means all envs; ``server_side_stream`` runs the loop on a CUDA stream of its own, with
+        settings: ``server.worker_splits`` divides each worker's envs into that many units that take
+        turns (``batch_size`` must be a multiple of the envs per unit); ``server.max_batch`` 0
+        means all envs; ``server.side_stream`` runs the loop on a CUDA stream of its own, with
         events at each handover (not yet measured on a GPU). ``sample`` false takes the argmax
         action; ``seed`` seeds the sampling."""
-        num_workers, envs_per_worker, worker_splits = actor.num_actors, actor.envs_per_actor, actor.worker_splits
+        num_workers, envs_per_worker, worker_splits = actor.num_actors, actor.envs_per_actor, actor.server.worker_splits
         unroll_length, observation_shape, observation_dtype = (actor.unroll_length, envs.observation_shape,
                                                                envs.observation_dtype)
         if envs_per_worker % worker_splits:
@@ -145,7 +145,7 @@ class InferenceServer(Transport):
                              f"{envs_per_worker // worker_splits}")
         self.policy = copy.deepcopy(policy).eval()  # as the actors' copies: no FAVOR+ redraws of its own
         self.device, self.sample = device, sample
-        self.side_stream = actor.server_side_stream and device.type == "cuda"
+        self.side_stream = actor.server.side_stream and device.type == "cuda"
         self.weights_lock = threading.Lock()  # held by the loop while it acts, and by publish_weights
         self.num_workers, self.splits, self.unroll_length = num_workers, worker_splits, unroll_length
         self.num_units, self.envs_per_unit = num_workers * worker_splits, envs_per_worker // worker_splits
@@ -166,8 +166,8 @@ class InferenceServer(Transport):
                          "env_slot": torch.zeros(batch_size, dtype=torch.int64)} for _ in range(num_batches)]
         self.slots = create_slots(self.num_units, self.envs_per_unit, observation_shape, observation_dtype)
         num_envs = num_workers * envs_per_worker
-        self.max_batch_envs = actor.server_max_batch or num_envs
-        self.max_wait_s = actor.server_max_wait_ms / 1e3
+        self.max_batch_envs = actor.server.max_batch or num_envs
+        self.max_wait_s = actor.server.max_wait_ms / 1e3
         self.env_rows = torch.arange(num_envs)
         self.state_table = tuple(policy.initial_state(num_envs, device))
         self.prev_action = torch.zeros(num_envs, dtype=torch.int64)  # on the host, as the rows they go to

@@ -34,6 +34,27 @@ Batch = dict[str, Tensor]
 
 
 @dataclass
+class ServerConfig:
+    """Server mode (actor.inference: server): the inference loop's batches and the env workers' turns."""
+
+    max_batch: NonNegativeInt = field(default=0, metadata=RESUMABLE)
+    """The most envs one inference batch serves (0: all)."""
+    max_wait_ms: NonNegativeFloat = field(default=2.0, metadata=RESUMABLE)
+    """How long a batch waits for more envs after the first is ready."""
+    worker_splits: PositiveInt = 1
+    """Groups each worker's envs take turns in, stepping one while the server acts for another."""
+    side_stream: bool = False
+    """On CUDA: the inference loop on a stream of its own, with events (checked, not timed, on a GPU)."""
+
+
+# Server mode's keys before they had a section of their own (flags, YAML files and saved configs)
+SERVER_KEYS_RENAMED = {"actor.server_max_batch": "actor.server.max_batch",
+                       "actor.server_max_wait_ms": "actor.server.max_wait_ms",
+                       "actor.worker_splits": "actor.server.worker_splits",
+                       "actor.server_side_stream": "actor.server.side_stream"}
+
+
+@dataclass
 class ActorConfig:
     """The acting side: processes that step the envs, and where the policy runs."""
 
@@ -47,14 +68,8 @@ class ActorConfig:
     """Where the policy runs: a CPU copy per actor (actor), or batched on the learner device (server, auto on CUDA)."""
     num_buffers: Optional[PositiveInt] = field(default=None, metadata=RESUMABLE)
     """Actor mode: rollout buffers the actors fill (null: 2 x num_actors + a batch's; a batch's caps the lag at one)."""
-    server_max_batch: NonNegativeInt = field(default=0, metadata=RESUMABLE)
-    """Server mode: the most envs one inference batch serves (0: all)."""
-    server_max_wait_ms: NonNegativeFloat = field(default=2.0, metadata=RESUMABLE)
-    """Server mode: how long a batch waits for more envs after the first is ready."""
-    worker_splits: PositiveInt = 1
-    """Server mode: groups each worker's envs take turns in, stepping one while the server acts for another."""
-    server_side_stream: bool = False
-    """Server mode on CUDA: the inference loop on a stream of its own, with events (checked, not timed, on a GPU)."""
+    server: ServerConfig = field(default_factory=ServerConfig)
+    """Server mode's settings."""
     backend: Literal["local", "ray"] = field(default="local", metadata=RESUMABLE)
     """Where the actors run: processes on this machine (local), or actor hosts across a Ray cluster (ray)."""
     start_method: Literal["fork", "spawn", "forkserver"] = field(default="fork", metadata=RESUMABLE)
