@@ -176,7 +176,9 @@ def test_running_a_finished_run_again_does_nothing(tmp_path, capsys):
     results = (tmp_path / "results.json").read_bytes()
     capsys.readouterr()
     again = train(cfg, task=task)
-    assert "is already done (max_steps at step 4" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "is already done (max_steps at step 4" in out
+    assert "raise --train.max_steps" in out and "--run.resume false" in out  # both ways on, in one place
     assert (tmp_path / "logs.csv").read_bytes() == logs and (tmp_path / "results.json").read_bytes() == results
     assert again["test"] == first["test"]
     longer = train(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, max_steps=6)), task=task, quiet=True)

@@ -408,7 +408,8 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
         result = payload["result"]
         if not quiet:
             print(f"{run_dir} is already done ({result['stop_reason']} at step {result['steps']}; results in "
-                  f"results.json); nothing to do. To train it again, use --run.resume false or another --run_dir",
+                  f"results.json); nothing to do. To go on, raise --train.max_steps; to train it afresh, use "
+                  "--run.resume false or another --run_dir",
                   flush=True)
         return result
     if payload is not None:
