@@ -21,14 +21,15 @@ exit with code 2 before anything is written.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import difflib
 import functools
 import inspect
 import os
-import re
 import sys
+import types
 import typing
 from argparse import ArgumentError
 from typing import Any, Callable, Literal, Optional, TypeVar
@@ -73,12 +74,12 @@ def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], def
     renamed = renamed or {}
     argv = expand_short_flags(argv, {**(short_flags or {}), **{f"--{old}": new for old, new in renamed.items()}})
     defaults = rename_keys(load_yaml(defaults_path), renamed)
-    user_path = _flag_value(argv, "config")
+    user_path = flag_value(argv, "config")
     user = rename_keys(load_yaml(user_path), renamed) if user_path is not None else {}
     names = {}
     for sel in selectors:
         section, _, field_name = sel.key.rpartition(".")
-        name = _flag_value(argv, sel.key)
+        name = flag_value(argv, sel.key)
         if name is None:
             name = (deep_merge(defaults, user).get(section) or {}).get(field_name)
         if name not in sel.choices:
@@ -93,13 +94,16 @@ def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], def
     schema = make_schema(names)
     parser = make_parser(schema, prog, description, short_flags or {})
     try:
+        check_values(schema, raw)
         parser.set_defaults(dict(parser.parse_object(raw, defaults=True).items()))
-    except (ArgumentError, KeyError, TypeError, ValueError) as e:
-        raise ConfigError(f"{user_path or defaults_path}: {one_line(e, parser)}") from None
+    except (ArgumentError, ConfigError, KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"{user_path or defaults_path}: {one_line(e)}") from None
+    if "--help" not in argv and "-h" not in argv:
+        check_flags(schema, argv)
     try:
         ns = parser.parse_args(argv)
     except (ArgumentError, TypeError, ValueError) as e:
-        raise ConfigError(one_line(e, parser)) from None
+        raise ConfigError(one_line(e)) from None
     print_config = ns.pop("print_config")
     ns.pop("config")
     ns.pop("debug")
@@ -114,10 +118,12 @@ def from_dict(schema: type[C], data: dict[str, Any], source: str, renamed: dict[
     """``schema`` built from a saved config (a checkpoint's, or config.yaml's), checked as a YAML
     file would be, its keys of old names ``renamed``; ``source`` names it in errors."""
     parser = make_parser(schema, None, None, {})
+    data = rename_keys(data, renamed or {})
     try:
-        ns = parser.parse_object(rename_keys(data, renamed or {}))
-    except (ArgumentError, KeyError, TypeError, ValueError) as e:
-        raise ConfigError(f"{source}: {one_line(e, parser)}") from None
+        check_values(schema, data)
+        ns = parser.parse_object(data)
+    except (ArgumentError, ConfigError, KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"{source}: {one_line(e)}") from None
     for key in ("config", "print_config", "debug"):
         ns.pop(key)
     return _instantiate(parser, schema, ns)
@@ -127,7 +133,7 @@ def _instantiate(parser: ArgumentParser, schema: type[C], ns: Any) -> C:
     try:
         sections = parser.instantiate(ns)
     except (ArgumentError, TypeError, ValueError) as e:
-        raise ConfigError(one_line(e, parser)) from None
+        raise ConfigError(one_line(e)) from None
     return schema(**{f.name: sections[f.name] for f in dataclasses.fields(schema)})
 
 
@@ -171,7 +177,7 @@ def expand_short_flags(argv: list[str], short_flags: dict[str, str]) -> list[str
     return out
 
 
-def _flag_value(argv: list[str], key: str) -> str | None:
+def flag_value(argv: list[str], key: str) -> str | None:
     """The value of the last ``--key VALUE`` or ``--key=VALUE`` in ``argv``, else None."""
     value = None
     for i, arg in enumerate(argv):
@@ -381,88 +387,109 @@ def check(condition: bool, key: str, message: str) -> None:
 
 # ---------------------------------------------------------------- one-line errors
 
-_RESTRICTION = re.compile(r"Not of type (\w+): (.*) does not conform to restriction (.*)")
-_NOT_OF_TYPE = re.compile(r"Not of type (\w+): .*?'(.*)'")
-_TYPES = {"PositiveInt": "an integer > 0", "NonNegativeInt": "an integer >= 0", "PositiveFloat": "a number > 0",
-          "NonNegativeFloat": "a number >= 0", "ClosedUnitInterval": "a number in [0, 1]",
-          "OpenUnitInterval": "a number in (0, 1)", "int": "an integer", "float": "a number", "bool": "true or false"}
-_LITERAL = re.compile(r"Expected a typing\.Literal\[(.*)\]\. Got value: (.*)")
-_EXPECTED = re.compile(r"Expected a <class '(\w+)'>\. Got value: (.*)")
-_RESTRICTIONS = {"v>0": "must be > 0", "v>=0": "must be >= 0", "v>=0 and v<=1": "must be in [0, 1]",
-                 "v>0 and v<1": "must be in (0, 1)", "v>=0 and v<1": "must be in [0, 1)"}
+# What a restricted number type (jsonargparse.typing's, or restricted_number_type's) accepts, by name
+_NUMBERS = {"PositiveInt": ("an integer > 0", "must be > 0"), "NonNegativeInt": ("an integer >= 0", "must be >= 0"),
+            "PositiveFloat": ("a number > 0", "must be > 0"), "NonNegativeFloat": ("a number >= 0", "must be >= 0"),
+            "ClosedUnitInterval": ("a number in [0, 1]", "must be in [0, 1]"),
+            "OpenUnitInterval": ("a number in (0, 1)", "must be in (0, 1)"),
+            "UnitIntervalHalfOpen": ("a number in [0, 1)", "must be in [0, 1)"), "int": ("an integer", ""),
+            "float": ("a number", "")}
 
 
-def one_line(error: BaseException, parser: ArgumentParser) -> str:
-    """jsonargparse's (often multi-line) message as one line that names the key and what is allowed."""
-    text = str(error)
-    if m := re.match(r'Parser key "([^"]+)":\s*(.*)', text, re.S):
-        key, detail = m.group(1), m.group(2).strip().split("\n")[0].strip()
-        if detail.startswith("Does not validate against any of the Union subtypes"):  # e.g. Optional[...]
-            given = re.search(r"Given value: (.*)", text)
-            kinds = [_describe(e.strip()) for e in re.findall(r"^\s+- (.*)$", text, re.M)]
-            return f"--{key}: expected {' or '.join(kinds)}; got {given.group(1) if given else '?'!r}"
-        if r := _RESTRICTION.search(detail):
-            return f"--{key}: {_RESTRICTIONS.get(r.group(3), 'must satisfy ' + r.group(3))}, got {r.group(2)}"
-        if r := _NOT_OF_TYPE.search(detail):
-            return f"--{key}: expected {_TYPES.get(r.group(1), r.group(1))}, got {r.group(2)!r}"
-        if r := _LITERAL.search(detail):
-            return f"--{key}: expected one of {r.group(1)}; got {r.group(2)!r}"
-        if r := _EXPECTED.search(detail):
-            return f"--{key}: expected {_TYPES.get(r.group(1), r.group(1))}, got {r.group(2)!r}"
-        return f"--{key}: {' '.join(detail.split())}"
-    if m := re.match(r"the following arguments are required: (.*)", text):
-        names = [a.metavar or a.dest for a in parser._actions if a.dest in m.group(1).split(", ")]
-        return f"missing {', '.join(map(str, names)) or m.group(1)}"
-    if m := re.match(r"argument (\S+): expected one argument", text):
-        return f"{m.group(1)}: needs a value (a negative number is written {m.group(1)}=-1)"
-    if m := re.search(r"Group '([^']+)' does not accept option '([^']+)'", text):
-        return f"unknown key {m.group(1)}.{m.group(2)}; valid keys of {m.group(1)}: {_keys(parser, m.group(1))}"
-    if m := re.search(r"Key '([^']+)' is not expected", text):
-        return f"unknown key {m.group(1)}; valid top-level keys: {_keys(parser, '')}"
-    if m := re.search(r"unrecognized arguments: (\S+)", text):
-        flag = m.group(1).split("=")[0]
-        section = flag[2:].rpartition(".")[0] if flag.startswith("--") else ""
-        guess = _closest_flag(parser, flag)
-        return (f"unknown option {flag}{f' (did you mean {guess}?)' if guess else ''}; "
-                f"valid keys{' of ' + section if section else ''}: {_keys(parser, section)}")
-    return " ".join(text.split())
-
-
-def _describe(expected: str) -> str:
-    """"Expected a typing.Literal['a', 'b']" -> "one of 'a', 'b'", "Expected a <class 'int'>" -> "an integer"."""
-    if r := re.match(r"Expected a typing\.Literal\[(.*)\]", expected):
-        return f"one of {r.group(1)}"
-    if r := re.match(r"Expected a <class '(\w+)'>", expected):
-        return "null" if r.group(1) == "NoneType" else _TYPES.get(r.group(1), r.group(1))
-    if r := re.match(r"Not of type (\w+)", expected):
-        return _TYPES.get(r.group(1), r.group(1))
-    return expected
-
-
-def _closest_flag(parser: ArgumentParser, flag: str) -> str | None:
-    """The parser's flag nearest to ``flag`` (difflib's ratio ≥ 0.8) by its whole key, else by its
-    last part (``--total_step`` -> ``--run.total_steps``); None if none is near."""
-    flags = [s for a in parser._actions for s in a.option_strings if s.startswith("--")]
-    for key_of in (lambda f: f[2:], lambda f: f[2:].rpartition(".")[2]):
-        by_key = {}
-        for f in flags:
-            by_key.setdefault(key_of(f), f)
-        if near := difflib.get_close_matches(key_of(flag), by_key, n=1, cutoff=0.8):
-            return by_key[near[0]]
+def _value_problem(tp: Any, value: Any) -> str | None:
+    """Why ``value`` (as YAML reads it) cannot be a ``tp``, or None: literals, optionals, booleans,
+    (restricted) numbers and lists of them are checked here; other types are left to the parser."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is list and isinstance(value, list):  # each item
+        return next((problem for item in value if (problem := _value_problem(args[0], item))), None)
+    if origin is Literal:
+        return None if value in args else f"expected one of {', '.join(map(repr, args))}; got {value!r}"
+    if origin in (typing.Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        return None if value is None or len(rest) > 1 else _value_problem(rest[0], value)
+    if tp is bool:
+        return None if isinstance(value, bool) else f"expected true or false, got {value!r}"
+    if isinstance(tp, type) and issubclass(tp, (int, float)):
+        kind, bound = _NUMBERS.get(tp.__name__, (tp.__name__, "out of range"))
+        if isinstance(value, str) and not issubclass(tp, int):
+            with contextlib.suppress(ValueError):
+                value = float(value)  # YAML reads 1e-3 as a string
+        if isinstance(value, bool) or not isinstance(value, int if issubclass(tp, int) else (int, float)):
+            return f"expected {kind}, got {value!r}"
+        try:
+            tp(value)
+        except ValueError:
+            return f"{bound}, got {value}"
     return None
 
 
-def _keys(parser: ArgumentParser, section: str) -> str:
-    """The keys directly under ``section`` ("" = top level) that the parser knows."""
-    prefix = f"{section}." if section else ""
-    keys = []
-    for action in parser._actions:
-        dest = action.dest
-        if dest.startswith(prefix) and dest not in ("help", "config", "debug") and not dest.startswith("print_"):
-            head = dest[len(prefix):].split(".")[0]
-            if head and head not in keys:
-                keys.append(head)
-    return ", ".join(keys) or "(none)"
+def _fields(schema: type) -> dict[str, Any]:
+    """A config dataclass's field names and types."""
+    hints = typing.get_type_hints(schema)
+    return {f.name: hints[f.name] for f in dataclasses.fields(schema)}
+
+
+def _unknown(schema: type, key: str, label: str) -> str | None:
+    """The one-line error for the dotted ``key`` (written ``label``) if ``schema`` has no such
+    key, naming the section's keys and the nearest key there is; None if it has."""
+    section, fields = "", _fields(schema)
+    for part in key.split(".")[:-1]:
+        if not dataclasses.is_dataclass(fields.get(part)):
+            break
+        section, fields = f"{section}{part}.", _fields(fields[part])
+    if key[len(section):] in fields:
+        return None
+    everything = _leaf_keys(schema)
+    near = (difflib.get_close_matches(key, everything, n=1, cutoff=0.8)
+            or [k for k in everything if difflib.get_close_matches(key.rpartition(".")[2], [k.rpartition(".")[2]],
+                                                                      cutoff=0.8)][:1])
+    flag = label.startswith("--")
+    guess = f" (did you mean {'--' * flag}{near[0]}?)" if near else ""
+    where = f" of {section[:-1]}" if section else ""
+    return f"unknown {'option' if flag else 'key'} {label}{guess}; valid keys{where}: {', '.join(fields)}"
+
+
+def _leaf_keys(schema: type, prefix: str = "") -> list[str]:
+    return [k for name, tp in _fields(schema).items()
+            for k in (_leaf_keys(tp, f"{prefix}{name}.") if dataclasses.is_dataclass(tp) else [prefix + name])]
+
+
+def check_values(schema: type, raw: dict[str, Any], prefix: str = "") -> None:
+    """ConfigError for the first key of the nested mapping ``raw`` (a YAML file's) that ``schema``
+    lacks, or whose value its type refuses (:func:`_value_problem`)."""
+    fields = _fields(schema)
+    for key, value in raw.items():
+        if problem := _unknown(schema, str(key), prefix + str(key)):
+            raise ConfigError(problem)
+        if dataclasses.is_dataclass(fields[key]) and isinstance(value, dict):
+            check_values(fields[key], value, f"{prefix}{key}.")
+        elif problem := _value_problem(fields[key], value):
+            raise ConfigError(f"{prefix}{key}: {problem}")
+
+
+def check_flags(schema: type, argv: list[str]) -> None:
+    """ConfigError for the first ``--section.key [VALUE]`` of ``argv`` that ``schema`` lacks, that
+    has no value, or whose value its type refuses; the parser's own flags pass."""
+    for i, arg in enumerate(argv):
+        flag, eq, text = arg.partition("=")
+        if not flag.startswith("--") or flag in ("--config", "--print_config", "--debug", "--help"):
+            continue
+        if not eq and (i + 1 == len(argv) or argv[i + 1].startswith("--")):
+            raise ConfigError(f"{flag}: needs a value (a negative number is written {flag}=-1)")
+        if problem := _unknown(schema, flag[2:], flag):
+            raise ConfigError(problem)
+        tp = functools.reduce(lambda t, part: _fields(t)[part], flag[2:].split("."), schema)
+        try:
+            value = yaml.safe_load(text if eq else argv[i + 1])
+        except yaml.YAMLError:
+            value = text if eq else argv[i + 1]
+        if not dataclasses.is_dataclass(tp) and (problem := _value_problem(tp, value)):
+            raise ConfigError(f"{flag}: {problem}")
+
+
+def one_line(error: BaseException) -> str:
+    """The parser's message as one line (what :func:`check_values` and :func:`check_flags` leave to it)."""
+    return " ".join(str(error).split())
 
 
 def exit_on_error(run: Callable[[], C], debug: bool | None = None) -> C:

@@ -40,7 +40,6 @@ import time
 from typing import Any, Callable, Literal
 
 import numpy as np
-from jsonargparse.typing import PositiveInt
 
 from agents.atari_tables import PAPER_SCORES, STEP_TOLERANCE, TABLE_COLUMNS, TABLE_OF_STEP, format_mean_std, paper_step
 from agents.errors import ConfigError, UsageError, UserError
@@ -329,12 +328,12 @@ def make_parser() -> Any:
     from jsonargparse import ArgumentParser
 
     p = ArgumentParser(prog="launch/evaluate.py", description=__doc__.split("\n")[0], exit_on_error=False)
-    p.add_argument("targets", nargs="+", metavar="RUN_OR_CHECKPOINT", help="Checkpoint files or run directories.")
-    p.add_argument("--steps", type=PositiveInt, nargs="+", default=None,
+    p.add_argument("targets", nargs="*", metavar="RUN_OR_CHECKPOINT", help="Checkpoint files or run directories.")
+    p.add_argument("--steps", type=int, nargs="+", default=None,
                    help="Milestone steps to take from run directories (default: all of their milestones).")
-    p.add_argument("--runs", type=PositiveInt, default=5, help="Independent runs per checkpoint.")
-    p.add_argument("--episodes", type=PositiveInt, default=30, help="Whole games per run.")
-    p.add_argument("--envs_per_run", type=PositiveInt, default=None,
+    p.add_argument("--runs", type=int, default=5, help="Independent runs per checkpoint (> 0).")
+    p.add_argument("--episodes", type=int, default=30, help="Whole games per run (> 0).")
+    p.add_argument("--envs_per_run", type=int, default=None,
                    help="Games played at once per run; must divide --episodes (default: all of them).")
     policy = p.add_mutually_exclusive_group()
     policy.add_argument("--sample", action="store_const", const=True, dest="sample", default=None,
@@ -344,13 +343,13 @@ def make_parser() -> Any:
     p.add_argument("--memory", type=Literal[MEMORY_ABLATIONS], default="full",
                    help="Memory ablation: full; no_core_state (the core state zeroed before every step); "
                         "none (the previous action and reward zeroed too).")
-    p.add_argument("--workers", type=PositiveInt, default=None, help="Parallel processes (default: all cores).")
+    p.add_argument("--workers", type=int, default=None, help="Parallel processes, > 0 (default: all cores).")
     p.add_argument("--seed", type=int, default=0,
                    help="Seed of the envs (run r plays seeds seed + r * envs_per_run + i) and of sampling.")
     p.add_argument("--device", type=str, default="cpu", help="Where the policy runs (cuda: one context per worker).")
     p.add_argument("--ddof", type=Literal[0, 1], default=0,
                    help="Std of the run means: 0 population (numpy's default), 1 sample.")
-    p.add_argument("--max_episode_frames", type=PositiveInt, default=None,
+    p.add_argument("--max_episode_frames", type=int, default=None,
                    help="Override the env's frame limit, for quick checks (the protocol keeps 108000).")
     p.add_argument("--out", type=str, default="runs/eval", help="Directory for evaluation.json, .csv and .md.")
     p.add_argument("--debug", action="store_true", help="Show the full traceback of an error.")
@@ -361,13 +360,25 @@ def load(argv: list[str]) -> Any:
     """The parsed command line (ConfigError for bad input)."""
     from argparse import ArgumentError
 
-    from agents.config import one_line
+    import yaml
+
+    from agents.config import flag_value, one_line
 
     parser = make_parser()
+    for name, allowed in (("memory", MEMORY_ABLATIONS), ("ddof", (0, 1))):  # checked here, not by the parser
+        if (value := flag_value(argv, name)) is not None and yaml.safe_load(value) not in allowed:
+            raise ConfigError(f"--{name}: expected one of {', '.join(map(repr, allowed))}; got {value!r}")
     try:
         args = parser.parse_args(argv)
     except ArgumentError as e:
-        raise ConfigError(one_line(e, parser)) from None
+        raise ConfigError(one_line(e)) from None
+    if not args.targets:
+        raise ConfigError("missing RUN_OR_CHECKPOINT: give checkpoint files or run directories")
+    for name in ("runs", "episodes", "envs_per_run", "workers", "max_episode_frames", "steps"):
+        values = getattr(args, name)
+        for value in values if isinstance(values, list) else [values]:
+            if value is not None and value <= 0:
+                raise ConfigError(f"--{name}: must be > 0, got {value}")
     if args.envs_per_run and args.episodes % args.envs_per_run:
         raise ConfigError(f"--envs_per_run: {args.envs_per_run} must divide --episodes ({args.episodes})")
     return args

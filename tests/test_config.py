@@ -84,9 +84,11 @@ def test_print_config_prints_the_resolved_yaml_that_loads_back(tmp_path, capsys)
     (maze, ["--core", "mnm_p", "--help"], ["--core.memory_size", "default: 32", "--core.memory_init_gain"]),
     (atari, ["--help"], ["--env.game GAME", "Literal['Adventure',", "MsPacman", "--network.channels",
                          "default: delta"]),
-    (supervised, ["--task", "listops10", "--help"], ["--task.bucket", "--task.sublist_prob", "retrieval1, retrieval2",
+    (supervised, ["--task", "listops10", "--help"], ["--task.bucket", "--task.sublist_prob",
+                                                      "retrieval1, retrieval2",
                                                       "--train.select_metric {loss,mse,ppl,token_acc,seq_acc}"]),
-    (evaluate, ["--help"], ["--runs RUNS", "type: PositiveInt, default: 5", "--sample", "RUN_OR_CHECKPOINT"]),
+    (evaluate, ["--help"], ["--runs RUNS", "per checkpoint (> 0). (type: int, default: 5", "--sample",
+                            "RUN_OR_CHECKPOINT"]),
 ])
 def test_help_lists_types_defaults_choices_and_descriptions(module, argv, must_show, capsys):
     with pytest.raises(SystemExit) as done:
@@ -125,6 +127,29 @@ def test_server_modes_keys_of_old_names_still_read(tmp_path):
     saved["actor"].update(server_max_batch=5, worker_splits=2, server_side_stream=False, server_max_wait_ms=2.0)
     del saved["actor"]["server"]  # as a checkpoint written before the section existed holds it
     assert config_from_dict(saved, "old.pt") == new
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--optim.lr", "0"], "--optim.lr: must be > 0, got 0"),
+    (["--num_actors", "two"], "--actor.num_actors: expected an integer > 0, got 'two'"),
+    (["--run.kernels", "cuda"], "--run.kernels: expected one of 'auto', 'triton', 'reference'; got 'cuda'"),
+    (["--network.prev_action", "maybe"], "--network.prev_action: expected true or false, got 'maybe'"),
+    (["--optim.lrr", "1"], "unknown option --optim.lrr (did you mean --optim.lr?); valid keys of optim: name, lr"),
+])
+def test_the_one_line_errors_do_not_read_the_parsers_messages(argv, message, monkeypatch):
+    """The checks against the schema come first: with a parser whose every error says nothing
+    useful, a bad flag's line is still the one that names it and what is allowed."""
+    import jsonargparse
+
+    def garbled(*args, **kwargs):
+        raise jsonargparse.ArgumentError(None, "garbled")
+
+    monkeypatch.setattr(jsonargparse.ArgumentParser, "parse_args", garbled)
+    from agents.errors import ConfigError
+
+    with pytest.raises(ConfigError) as error:
+        maze.load(argv)
+    assert message in str(error.value)
 
 
 def _bad_inputs(tmp):
