@@ -281,7 +281,7 @@ class UniformPolicy(torch.nn.Module):
 
     def __init__(self, num_actions: int):
         super().__init__()
-        self.num_actions = num_actions
+        self.num_actions = self.num_logits = num_actions  # one Discrete space: a logit per action
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> tuple:
         return ()
