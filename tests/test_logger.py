@@ -25,6 +25,17 @@ def test_csv_grows_and_resume_drops_later_rows(tmp_path):
     assert [r["step"] for r in read_csv(str(tmp_path / "logs.csv"))] == [10, 20, 25]
 
 
+def test_the_progress_line_shows_a_dash_until_there_is_a_return(tmp_path):
+    """A short run's line before any episode ended read ``mean_return nan``; the CSV keeps nan."""
+    out = io.StringIO()
+    log = Logger(str(tmp_path), tensorboard=False, stream=out)
+    log.log(10, {"mean_return": math.nan})
+    log.progress(10, {"sps": 1000.0, "mean_return": math.nan, "episodes": 0}, force=True)
+    log.close()
+    assert out.getvalue() == "step 10 | sps 1000 | mean_return — | episodes 0\n"
+    assert math.isnan(read_csv(str(tmp_path / "logs.csv"))[0]["mean_return"])
+
+
 def test_recent_mean():
     m = RecentMean(window=2)
     assert math.isnan(m.mean())

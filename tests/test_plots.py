@@ -105,6 +105,13 @@ def test_plots_refuse_a_missing_run_or_an_unknown_metric_in_one_line(tmp_path, c
     assert not list(tmp_path.rglob("*.png"))
 
 
+def test_plot_supervised_help_is_plain_text(capsys):
+    with pytest.raises(SystemExit):
+        load_script("plot_supervised").main(["--help"])
+    text = capsys.readouterr().out
+    assert "``" not in text and "::" not in text and "--metric valid/seq_acc --x time" in text
+
+
 def test_plot_writes_into_the_first_run_by_default_at_the_dpi_asked(tmp_path, capsys, saved_figures):
     write_run(tmp_path / "a", [(100, {"mean_return": 1.0})])
     write_run(tmp_path / "b", [(100, {"mean_return": 2.0})])
