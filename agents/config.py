@@ -400,7 +400,9 @@ def _value_problem(tp: Any, value: Any) -> str | None:
     """Why ``value`` (as YAML reads it) cannot be a ``tp``, or None: literals, optionals, booleans,
     (restricted) numbers and lists of them are checked here; other types are left to the parser."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is list and isinstance(value, list):  # each item
+    if origin in (list, tuple, dict) and not isinstance(value, list if origin is not dict else dict):
+        return f"expected {'a mapping' if origin is dict else 'a list'}, got {value!r}"
+    if origin is list:  # each item
         return next((problem for item in value if (problem := _value_problem(args[0], item))), None)
     if origin is Literal:
         return None if value in args else f"expected one of {', '.join(map(repr, args))}; got {value!r}"
@@ -457,13 +459,16 @@ def _leaf_keys(schema: type, prefix: str = "") -> list[str]:
 def check_values(schema: type, raw: dict[str, Any], prefix: str = "") -> None:
     """ConfigError for the first key of the nested mapping ``raw`` (a YAML file's) that ``schema``
     lacks, or whose value its type refuses (:func:`_value_problem`)."""
-    fields = _fields(schema)
+    section = functools.reduce(lambda t, part: _fields(t)[part], prefix.split(".")[:-1], schema)
     for key, value in raw.items():
-        if problem := _unknown(schema, str(key), prefix + str(key)):
+        if problem := _unknown(schema, prefix + str(key), prefix + str(key)):
             raise ConfigError(problem)
-        if dataclasses.is_dataclass(fields[key]) and isinstance(value, dict):
-            check_values(fields[key], value, f"{prefix}{key}.")
-        elif problem := _value_problem(fields[key], value):
+        tp = _fields(section)[key]
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{prefix}{key}: expected a mapping of the section's keys, got {value!r}")
+            check_values(schema, value, f"{prefix}{key}.")
+        elif problem := _value_problem(tp, value):
             raise ConfigError(f"{prefix}{key}: {problem}")
 
 
@@ -474,10 +479,10 @@ def check_flags(schema: type, argv: list[str]) -> None:
         flag, eq, text = arg.partition("=")
         if not flag.startswith("--") or flag in ("--config", "--print_config", "--debug", "--help"):
             continue
-        if not eq and (i + 1 == len(argv) or argv[i + 1].startswith("--")):
-            raise ConfigError(f"{flag}: needs a value (a negative number is written {flag}=-1)")
         if problem := _unknown(schema, flag[2:], flag):
             raise ConfigError(problem)
+        if not eq and (i + 1 == len(argv) or argv[i + 1].startswith("--")):
+            raise ConfigError(f"{flag}: needs a value (a negative number is written {flag}=-1)")
         tp = functools.reduce(lambda t, part: _fields(t)[part], flag[2:].split("."), schema)
         try:
             value = yaml.safe_load(text if eq else argv[i + 1])

@@ -1,10 +1,10 @@
-"""How a run is configured: the config sections both trainers share (run, optimiser, log), the
-RL run's tree (:class:`TrainConfig`) with its schema per env and core, reading a saved config
-back, and the agent network a config builds.
+"""How an RL run is configured: its tree (:class:`TrainConfig`) of the sections, each declared
+beside the code that reads it (run, log, optim: :mod:`agents.learning.training`; actor, ray:
+:mod:`agents.acting.transport`; loss: :mod:`agents.learning.losses`), with the RL-only ones here;
+its schema per env and core; reading a saved config back; and the agent network a config builds.
 
-The learner (:mod:`agents.learning.learner`), the Ray actor hosts
-(:mod:`agents.acting.ray_backend`), evaluation and the entry points all build from here, so
-neither side of the agent imports the other to read a config.
+The learner, the Ray actor hosts (:mod:`agents.acting.ray_backend`), evaluation and the entry
+points all build from here.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from jsonargparse.typing import (
     PositiveFloat,
@@ -69,6 +69,9 @@ class CheckpointConfig:
 @dataclass
 class TrainConfig:
     """IMPALA training of an agent with a memory core."""
+
+    renamed: ClassVar[dict[str, str]] = SERVER_KEYS_RENAMED
+    """Keys of older versions and their names now (a resume compares an old checkpoint's under them)."""
 
     core: Any = field(default_factory=lambda: core_section("lstm")())
     """The memory core and its options."""

@@ -10,9 +10,10 @@ from typing import Any, Iterable, Sequence
 from agents.files import atomic_write_text
 
 
-def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
-    """The lines of a Markdown table: ``header``, then one line per row (cells as ``str``)."""
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]], numbers: bool = False) -> list[str]:
+    """The lines of a Markdown table: ``header``, then one line per row (cells as ``str``);
+    with ``numbers``, every column but the first is aligned right."""
+    lines = ["| " + " | ".join(header) + " |", "| --- |" + (" ---: |" if numbers else " --- |") * (len(header) - 1)]
     return lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows]
 
 

@@ -360,14 +360,20 @@ def load(argv: list[str]) -> Any:
     """The parsed command line (ConfigError for bad input)."""
     from argparse import ArgumentError
 
-    import yaml
-
     from agents.config import flag_value, one_line
 
     parser = make_parser()
-    for name, allowed in (("memory", MEMORY_ABLATIONS), ("ddof", (0, 1))):  # checked here, not by the parser
-        if (value := flag_value(argv, name)) is not None and yaml.safe_load(value) not in allowed:
-            raise ConfigError(f"--{name}: expected one of {', '.join(map(repr, allowed))}; got {value!r}")
+    known = {s for action in parser._actions for s in action.option_strings}
+    for arg in argv:  # what the parser would report in its own words, checked here
+        if arg.startswith("--") and arg.partition("=")[0] not in known:
+            raise ConfigError(f"unknown option {arg.partition('=')[0]}; valid options: "
+                              f"{', '.join(sorted(s for s in known if s.startswith('--')))}")
+    for name, allowed in (("memory", MEMORY_ABLATIONS), ("ddof", ("0", "1"))):
+        if (value := flag_value(argv, name)) is not None and value not in allowed:
+            raise ConfigError(f"--{name}: expected one of {', '.join(allowed)}; got {value!r}")
+    for name in ("runs", "episodes", "envs_per_run", "workers", "seed", "max_episode_frames"):
+        if (value := flag_value(argv, name)) is not None and not value.lstrip("-").isdigit():
+            raise ConfigError(f"--{name}: expected an integer, got {value!r}")
     try:
         args = parser.parse_args(argv)
     except ArgumentError as e:

@@ -436,7 +436,8 @@ def grid_table(corner: str, rows: dict[str, str], columns: dict[str, str],
                cell: Callable[[str, str], str]) -> list[str]:
     """A Markdown table of ``rows`` × ``columns`` (each maps keys to labels); ``cell(row, column)`` is the text."""
     return tables.markdown_table([corner, *columns.values()],
-                                 ([label, *(cell(row, column) for column in columns)] for row, label in rows.items()))
+                                 ([label, *(cell(row, column) for column in columns)] for row, label in rows.items()),
+                                 numbers=True)
 
 
 def results_markdown(results: list[dict[str, Any]], name: str) -> str:

@@ -127,6 +127,14 @@ def test_server_modes_keys_of_old_names_still_read(tmp_path):
     saved["actor"].update(server_max_batch=5, worker_splits=2, server_side_stream=False, server_max_wait_ms=2.0)
     del saved["actor"]["server"]  # as a checkpoint written before the section existed holds it
     assert config_from_dict(saved, "old.pt") == new
+    from agents.config import resumable_keys
+    from agents.errors import ConfigMismatchError
+    from agents.learning.checkpoint import check_same_run
+
+    check_same_run(saved, new, resumable_keys(new), "old.pt")  # the same settings under the new names
+    other = maze.load(["--actor.server.worker_splits", "4", "--actor.server.max_batch", "5"])
+    with pytest.raises(ConfigMismatchError, match="actor.server.worker_splits 2 -> 4"):
+        check_same_run(saved, other, resumable_keys(other), "old.pt")  # not resumable, old name or new
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -172,6 +180,16 @@ def _bad_inputs(tmp):
         (maze, ["--optim.learning_rate", "1"], "--optim.learning_rate; valid keys of optim: name, lr"),
         (maze, ["--bogus", "1"], "unknown option --bogus; valid keys: core, run"),
         (maze, ["--total_step", "1"], "unknown option --total_step (did you mean --run.total_steps?)"),
+        (maze, ["--resume"], "unknown option --resume (did you mean --run.resume?)"),
+        (maze, ["--loss.aux_loss_weights", "5"], "--loss.aux_loss_weights: expected a mapping, got 5"),
+        (maze, ["--checkpoint.milestones", "5"], "--checkpoint.milestones: expected a list, got 5"),
+        (maze, ["--config", write(tmp, "actor: 5\n", "scalar.yaml")],
+         "actor: expected a mapping of the section's keys"),
+        (maze, ["--config", write(tmp, "optim: {lrr: 1}\n", "near.yaml")],
+         "unknown key optim.lrr (did you mean optim.lr?); valid keys of optim: name, lr"),
+        (evaluate, ["x", "--workers", "two"], "--workers: expected an integer, got 'two'"),
+        (evaluate, ["x", "--bogus", "1"], "unknown option --bogus; valid options: --argmax"),
+        (evaluate, ["x", "--ddof", "true"], "--ddof: expected one of 0, 1; got 'true'"),
         (maze, ["--optim.lrr", "1"], "unknown option --optim.lrr (did you mean --optim.lr?)"),
         (maze, ["--core", "delta", "--core.memory_size", "3"], "valid keys of core: hidden_size"),
         (maze, ["--core", "lstm", "--core.feature_map", "elu"], "--core.feature_map"),

@@ -33,6 +33,8 @@ def test_the_progress_line_shows_a_dash_until_there_is_a_return(tmp_path):
     log.progress(10, {"sps": 1000.0, "mean_return": math.nan, "episodes": 0}, force=True)
     log.close()
     assert out.getvalue() == "step 10 | sps 1000 | mean_return — | episodes 0\n"
+    log.progress(20, {"loss": math.nan, "mean_return": 1.5}, force=True)  # a NaN loss stays visible
+    assert out.getvalue().endswith("step 20 | loss nan | mean_return 1.5\n")
     assert math.isnan(read_csv(str(tmp_path / "logs.csv"))[0]["mean_return"])
 
 

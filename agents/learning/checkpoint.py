@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from agents.config import plain
+from agents.config import plain, rename_keys
 from agents.errors import (
     CheckpointError,
     ConfigMismatchError,
@@ -207,6 +207,7 @@ def check_same_run(saved: dict[str, Any], current: Any, may_change: tuple[str, .
     Resuming would otherwise mix two runs: the model, optimiser state and counters of one with
     the settings of the other."""
     sections = tuple(f"{k}." for k in may_change)
+    saved = rename_keys(saved, getattr(current, "renamed", {}))  # an older version's names, as today's
     differ = [(k, old, new) for k, old, new in _settings(current, saved)
               if old != new and k not in may_change and not k.startswith(sections)]
     if differ:

@@ -83,7 +83,8 @@ class Logger:
         if not force and now - self.last_print < self.print_every_s:
             return
         self.last_print = now
-        parts = [f"step {step:,}"] + [f"{k} {_fmt(v)}" for k, v in metrics.items()]
+        parts = [f"step {step:,}"] + [f"{k} {'—' if k == 'mean_return' and v != v else _fmt(v)}"  # no episode yet
+                                      for k, v in metrics.items()]
         print(" | ".join(parts), file=self.stream, flush=True)
 
     def close(self) -> None:
@@ -161,8 +162,6 @@ def read_run_log(run: str) -> tuple[str, list[dict[str, Any]]]:
 def _fmt(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}"
-    if isinstance(value, float) and math.isnan(value):
-        return "—"  # e.g. mean_return before the first episode has ended
     if isinstance(value, float):
         return f"{value:.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
     return str(value)
