@@ -9,8 +9,8 @@ Each argument is a checkpoint file or a run directory; a directory stands for it
 checkpoints ``checkpoint-<step>.pt`` (with ``--steps``: the first at each step or within 1% past
 it), or for its latest ``checkpoint.pt`` if it has none. Every checkpoint is scored in
 ``--runs`` (5) independent runs of ``--episodes`` (30) whole games each, with the env options it
-was trained with (sticky actions 0.25, the emulator's 108,000-frame limit and no other time
-limit). Actions are sampled from the policy, which is what it learned to play, except on Atari,
+was trained with (the emulator's 108,000-frame limit and no other time limit), except that
+Atari always plays the papers' sticky actions, 0.25 (``--sticky_action_prob``). Actions are sampled from the policy, which is what it learned to play, except on Atari,
 where they are its argmax, as the papers' code (torchbeast's test mode) plays; ``--sample`` and
 ``--argmax`` choose for every env. Run r of a checkpoint plays ``--envs_per_run`` games at once (default: all of its
 episodes), seeded with ``seed + r * envs_per_run + i``; each env contributes its first
@@ -208,8 +208,8 @@ def evaluate_job(job: dict[str, Any]) -> dict[str, Any]:
         _MODELS[path] = load_agent(path)
     model, cfg, _ = _MODELS[path]
     options = {**env_options(cfg.env), **job["env_overrides"]}
-    if cfg.env.name == "atari":
-        options.setdefault("num_threads", 1)
+    if cfg.env.name == "atari":  # the papers' sticky actions, whatever the checkpoint trained with
+        options.update(sticky_action_prob=job["sticky_action_prob"], num_threads=options.get("num_threads") or 1)
 
     def make_env(num_envs: int, seed: int) -> Any:
         return envs.make(cfg.env.name, num_envs=num_envs, seed=seed, **options)
@@ -237,6 +237,7 @@ def evaluate(paths: list[str], args: Any) -> list[dict[str, Any]]:
     infos = [describe(p) for p in paths]
     jobs = [{"checkpoint": info["checkpoint"], "run": r, "episodes": args.episodes, "envs_per_run": args.envs_per_run,
              "sample": samples_actions(info["env"], args.sample), "seed": args.seed, "env_overrides": overrides,
+             "sticky_action_prob": args.sticky_action_prob,
              "device": args.device, "memory": args.memory}
             for info in infos for r in range(args.runs)]
     workers = max(1, min(args.workers or os.cpu_count() or 1, len(jobs)))
@@ -255,8 +256,9 @@ def evaluate(paths: list[str], args: Any) -> list[dict[str, Any]]:
         mine = sorted((j for j in done_jobs if j["checkpoint"] == info["checkpoint"]), key=lambda j: j["run"])
         per_run = [{"run": j["run"], "scores": j["scores"], "lengths": j["lengths"]} for j in mine]
         policy = "sample" if samples_actions(info["env"], args.sample) else "argmax"
+        played = {**overrides, **({"sticky_action_prob": args.sticky_action_prob} if info["env"] == "atari" else {})}
         results.append({**info, "policy": policy, "memory": args.memory, "seed": args.seed,
-                        "env_overrides": overrides, "ddof": args.ddof, **summarize(per_run, args.ddof),
+                        "env_overrides": played, "ddof": args.ddof, **summarize(per_run, args.ddof),
                         "per_run": per_run})
     return results
 
@@ -349,6 +351,9 @@ def make_parser() -> Any:
     p.add_argument("--device", type=str, default="cpu", help="Where the policy runs (cuda: one context per worker).")
     p.add_argument("--ddof", type=Literal[0, 1], default=0,
                    help="Std of the run means: 0 population (numpy's default), 1 sample.")
+    p.add_argument("--sticky_action_prob", type=float, default=0.25,
+                   help="Atari: probability of repeating the previous action in evaluation; the papers' 0.25 "
+                        "whatever the checkpoint trained with (atari_cpu.yaml trains with 0).")
     p.add_argument("--max_episode_frames", type=int, default=None,
                    help="Override the env's frame limit, for quick checks (the protocol keeps 108000).")
     p.add_argument("--out", type=str, default="runs/eval", help="Directory for evaluation.json, .csv and .md.")

@@ -253,3 +253,26 @@ def test_memory_ablation_is_checked():
         evaluate.ModelPolicy(_CountingModel(), num_envs=1, memory="amnesia")
     with pytest.raises(evaluate.ConfigError, match="--memory"):
         evaluate.load(["x.pt", "--memory", "amnesia"])
+
+
+def test_atari_is_scored_with_the_papers_sticky_actions_whatever_it_trained_with(monkeypatch):
+    """atari_cpu.yaml trains with sticky actions 0; the evaluation plays the protocol's 0.25
+    (``--sticky_action_prob``), and keeps the checkpoint's other options."""
+    from launch import atari
+
+    cfg = atari.load(["--env.sticky_action_prob", "0", "--env.noop_max", "7"])
+    made = []
+
+    def make(name, num_envs, seed, **options):
+        made.append((name, options))
+        return CountingEnv(num_envs, seed)
+
+    monkeypatch.setattr(evaluate, "load_agent", lambda path: (_CountingModel(), cfg, {}))
+    monkeypatch.setattr(envs, "make", make)
+    monkeypatch.setattr(evaluate, "_MODELS", {})
+    job = {"checkpoint": "x.pt", "run": 0, "episodes": 2, "envs_per_run": 2, "sample": False, "seed": 0,
+           "env_overrides": {}, "device": "cpu", "memory": "full", "sticky_action_prob": 0.25}
+    assert len(evaluate.evaluate_job(job)["scores"]) == 2
+    (name, options), = made
+    assert name == "atari" and options["sticky_action_prob"] == 0.25 and options["noop_max"] == 7
+    assert evaluate.load(["x.pt"]).sticky_action_prob == 0.25
