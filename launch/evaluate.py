@@ -10,9 +10,10 @@ checkpoints ``checkpoint-<step>.pt`` (with ``--steps``: the first at each step o
 it), or for its latest ``checkpoint.pt`` if it has none. Every checkpoint is scored in
 ``--runs`` (5) independent runs of ``--episodes`` (30) whole games each, with the env options it
 was trained with (the emulator's 108,000-frame limit and no other time limit), except that
-Atari always plays the papers' sticky actions, 0.25 (``--sticky_action_prob``). Actions are sampled from the policy, which is what it learned to play, except on Atari,
-where they are its argmax, as the papers' code (torchbeast's test mode) plays; ``--sample`` and
-``--argmax`` choose for every env. Run r of a checkpoint plays ``--envs_per_run`` games at once (default: all of its
+Atari always plays the papers' sticky actions, 0.25 (``--sticky_action_prob``). Actions are
+sampled from the policy, which is what it learned to play, except on Atari, where they are its
+argmax, as the papers' code (torchbeast's test mode) plays; ``--sample`` and ``--argmax``
+choose for every env. Run r of a checkpoint plays ``--envs_per_run`` games at once (default: all of its
 episodes), seeded with ``seed + r * envs_per_run + i``; each env contributes its first
 ``episodes / envs_per_run`` whole games, so short games are not favoured.
 
