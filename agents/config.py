@@ -442,9 +442,12 @@ def _unknown(schema: type, key: str, label: str) -> str | None:
     if key[len(section):] in fields:
         return None
     everything = _leaf_keys(schema)
+    by_last_part = {}  # total_step -> run.total_steps: a key typed without its section
+    for k in everything:
+        by_last_part.setdefault(k.rpartition(".")[2], k)
     near = (difflib.get_close_matches(key, everything, n=1, cutoff=0.8)
-            or [k for k in everything if difflib.get_close_matches(key.rpartition(".")[2], [k.rpartition(".")[2]],
-                                                                      cutoff=0.8)][:1])
+            or [by_last_part[k] for k in difflib.get_close_matches(key.rpartition(".")[2], by_last_part, n=1,
+                                                                   cutoff=0.8)])
     flag = label.startswith("--")
     guess = f" (did you mean {'--' * flag}{near[0]}?)" if near else ""
     where = f" of {section[:-1]}" if section else ""
