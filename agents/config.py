@@ -26,13 +26,11 @@ import copy
 import dataclasses
 import difflib
 import functools
-import inspect
 import os
-import sys
 import types
 import typing
 from argparse import ArgumentError
-from typing import Any, Callable, Literal, Optional, TypeVar
+from typing import Any, Callable, Literal, TypeVar
 
 import yaml
 from jsonargparse import ArgumentParser, set_parsing_settings
@@ -65,82 +63,101 @@ def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], def
 
     ``names`` maps each selector's section (``"core"``) to the chosen name. ``presets`` names
     more presets to apply before the selectors' (``{"env": "CountRecallEasy"}`` applies
-    ``presets.env.CountRecallEasy``, whose own ``presets.core`` then apply for the chosen core),
-    below the flags like the others. ``short_flags`` maps
-    short flags to dotted keys (``{"--total_steps": "run.total_steps"}``); ``renamed`` maps a
-    key's old name to its new one (in flags and files). ``--help`` and
+    ``presets.env.CountRecallEasy``, whose own ``presets.core`` then apply for the chosen core).
+    ``short_flags`` maps short flags to dotted keys (``{"--total_steps": "run.total_steps"}``);
+    ``renamed`` maps a key's old name to its new one (in flags and files). ``--help`` and
     ``--print_config`` print and raise ``SystemExit(0)``; bad input raises :class:`ConfigError`.
     """
-    renamed = renamed or {}
-    argv = expand_short_flags(argv, {**(short_flags or {}), **{f"--{old}": new for old, new in renamed.items()}})
+    renamed, short_flags = renamed or {}, short_flags or {}
+    aliases = {**short_flags, **{f"--{old}": new for old, new in renamed.items()}}
+    argv = [f"--{aliases[flag]}{eq}{value}" if flag in aliases else arg
+            for arg in argv for flag, eq, value in [arg.partition("=")]]
     defaults = rename_keys(load_yaml(defaults_path), renamed)
     user_path = flag_value(argv, "config")
     user = rename_keys(load_yaml(user_path), renamed) if user_path is not None else {}
-    names = {}
+    names, fields = {}, {}
     for sel in selectors:
-        section, _, field_name = sel.key.rpartition(".")
+        section, _, fields[section] = sel.key.rpartition(".")
         name = flag_value(argv, sel.key)
         if name is None:
-            name = (deep_merge(defaults, user).get(section) or {}).get(field_name)
+            name = (deep_merge(defaults, user).get(section) or {}).get(fields[section])
         if name not in sel.choices:
             raise ConfigError(f"--{sel.key}: unknown {sel.kind} {name!r}; choose one of: {', '.join(sel.choices)}")
         names[section] = name
     chosen = {**(presets or {}), **names}
     raw = deep_merge(apply_presets(defaults, chosen), apply_presets(user, chosen))
-    for sel in selectors:  # the chosen name, wherever it came from (a repeated flag: the last)
-        section, _, field_name = sel.key.rpartition(".")
-        raw[section] = {**(raw.get(section) or {}), field_name: names[section]}
-        argv = _without_flag(argv, sel.key)
+    raw = deep_merge(raw, {section: {fields[section]: name} for section, name in names.items()})
     schema = make_schema(names)
-    parser = make_parser(schema, prog, description, short_flags or {})
     try:
         check_values(schema, raw)
+    except ConfigError as e:
+        raise ConfigError(f"{user_path or defaults_path}: {e}") from None
+    if "--help" in argv or "-h" in argv:  # with the defaults the files resolve to
+        parser = make_parser(schema, prog, description, short_flags)
         parser.set_defaults(dict(parser.parse_object(raw, defaults=True).items()))
-    except (ArgumentError, ConfigError, KeyError, TypeError, ValueError) as e:
-        raise ConfigError(f"{user_path or defaults_path}: {one_line(e)}") from None
-    if "--help" not in argv and "-h" not in argv:
-        check_flags(schema, argv)
-    try:
-        ns = parser.parse_args(argv)
-    except (ArgumentError, TypeError, ValueError) as e:
-        raise ConfigError(one_line(e)) from None
-    print_config = ns.pop("print_config")
-    ns.pop("config")
-    ns.pop("debug")
-    config = _instantiate(parser, schema, ns)
-    if print_config:
+        parser.print_help()
+        raise SystemExit(0)
+    flags = read_flags(schema, argv, skip=("config", *(sel.key for sel in selectors)))  # those read above
+    config = from_dict(schema, deep_merge(raw, flags), "the config")
+    if "--print_config" in argv:
         print(to_yaml(config), end="")
         raise SystemExit(0)
     return config
 
 
+def read_flags(schema: type, argv: list[str], *, skip: tuple[str, ...]) -> dict[str, Any]:
+    """The ``--section.key VALUE`` (or ``=VALUE``) flags of ``argv`` as nested mappings, each
+    checked against ``schema`` in turn: known, given a value, of its type (the keys in ``skip``:
+    given a value). A value is read as YAML, except a string's (kept as typed) and a section's
+    (the YAML file it names)."""
+    flags: dict[str, Any] = {}
+    args = iter(argv)
+    for arg in args:
+        flag, eq, text = arg.partition("=")
+        if arg in ("--print_config", "--debug"):
+            continue
+        if not flag.startswith("--"):
+            raise ConfigError(f"unexpected argument {arg!r}; options are written --section.key VALUE")
+        if flag[2:] not in skip and (problem := _unknown(schema, flag[2:], flag)):
+            raise ConfigError(problem)
+        if not eq and ((text := next(args, None)) is None or text.startswith("--")):
+            raise ConfigError(f"{flag}: needs a value (a negative number is written {flag}=-1)")
+        if flag[2:] in skip:
+            continue
+        tp = _type_at(schema, flag[2:])
+        if dataclasses.is_dataclass(tp):
+            value = load_yaml(text)
+        elif tp is str:
+            value = text
+        else:
+            try:
+                value = yaml.safe_load(text)
+            except yaml.YAMLError:
+                value = text
+        check_value(schema, flag[2:], value, "--")
+        *path, last = flag[2:].split(".")
+        functools.reduce(lambda d, k: d.setdefault(k, {}), path, flags)[last] = value
+    return flags
+
+
 def from_dict(schema: type[C], data: dict[str, Any], source: str, renamed: dict[str, str] | None = None) -> C:
-    """``schema`` built from a saved config (a checkpoint's, or config.yaml's), checked as a YAML
-    file would be, its keys of old names ``renamed``; ``source`` names it in errors."""
-    parser = make_parser(schema, None, None, {})
+    """``schema`` built from nested mappings (a saved config: a checkpoint's, or config.yaml's),
+    checked as a YAML file is, its keys of old names ``renamed``; ``source`` names it in errors."""
     data = rename_keys(data, renamed or {})
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(schema, nested_key=None, fail_untyped=True)
     try:
         check_values(schema, data)
-        ns = parser.parse_object(data)
+        sections = parser.instantiate(parser.parse_object(data))
     except (ArgumentError, ConfigError, KeyError, TypeError, ValueError) as e:
         raise ConfigError(f"{source}: {one_line(e)}") from None
-    for key in ("config", "print_config", "debug"):
-        ns.pop(key)
-    return _instantiate(parser, schema, ns)
-
-
-def _instantiate(parser: ArgumentParser, schema: type[C], ns: Any) -> C:
-    try:
-        sections = parser.instantiate(ns)
-    except (ArgumentError, TypeError, ValueError) as e:
-        raise ConfigError(one_line(e)) from None
     return schema(**{f.name: sections[f.name] for f in dataclasses.fields(schema)})
 
 
 def make_parser(schema: type, prog: str | None, description: str | None,
                 short_flags: dict[str, str]) -> ArgumentParser:
-    """The jsonargparse parser of ``schema`` (a dataclass), with ``--config``, ``--print_config``
-    and ``--debug``."""
+    """The parser whose ``--help`` lists ``schema``'s options (a dataclass's), with ``--config``,
+    ``--print_config`` and ``--debug``."""
     epilog = None
     if short_flags:
         epilog = "short forms: " + ", ".join(f"{k} = --{v}" for k, v in short_flags.items())
@@ -166,17 +183,6 @@ def make_parser(schema: type, prog: str | None, description: str | None,
     return parser
 
 
-def expand_short_flags(argv: list[str], short_flags: dict[str, str]) -> list[str]:
-    """``--total_steps 5`` -> ``--run.total_steps 5`` (also the ``--flag=value`` form)."""
-    out = []
-    for arg in argv:
-        flag, eq, value = arg.partition("=")
-        if flag in short_flags:
-            arg = f"--{short_flags[flag]}{eq}{value}"
-        out.append(arg)
-    return out
-
-
 def flag_value(argv: list[str], key: str) -> str | None:
     """The value of the last ``--key VALUE`` or ``--key=VALUE`` in ``argv``, else None."""
     value = None
@@ -186,19 +192,6 @@ def flag_value(argv: list[str], key: str) -> str | None:
         elif arg.startswith(f"--{key}="):
             value = arg.split("=", 1)[1]
     return value
-
-
-def _without_flag(argv: list[str], key: str) -> list[str]:
-    """``argv`` less every ``--key VALUE`` and ``--key=VALUE``."""
-    out, skip = [], False
-    for i, arg in enumerate(argv):
-        if skip:
-            skip = False
-        elif arg == f"--{key}" and i + 1 < len(argv):
-            skip = True
-        elif not arg.startswith(f"--{key}="):
-            out.append(arg)
-    return out
 
 
 def load_yaml(path: str) -> dict[str, Any]:
@@ -255,36 +248,6 @@ def apply_presets(raw: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
     return raw
 
 
-def options_dataclass(cls: type, name: str, skip: tuple[str, ...] = (), doc: str = "",
-                      defaults: dict[str, Any] | None = None) -> type:
-    """A dataclass of the keyword options of ``cls.__init__`` (types, defaults and, from the
-    ``Args:`` section of its docstring, descriptions), less those in ``skip``. A class may
-    narrow a ``str`` option to a list of choices with ``option_choices() -> {option: names}``.
-
-    Envs and tasks keep their options as typed keyword arguments; this turns them into a
-    config section without writing each option twice.
-    """
-    import docstring_parser
-
-    hints = typing.get_type_hints(cls.__init__)
-    descriptions = {p.arg_name: p.description for p in docstring_parser.parse(cls.__init__.__doc__ or "").params}
-    choices = cls.option_choices() if hasattr(cls, "option_choices") else {}
-    fields, lines = [], []
-    for p in inspect.signature(cls.__init__).parameters.values():
-        if p.name == "self" or p.name in skip or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
-            continue
-        default = (defaults or {}).get(p.name, p.default)
-        tp = Literal[tuple(choices[p.name])] if p.name in choices else hints[p.name]
-        if default is p.empty:  # a required option: null until set (the class says what is missing)
-            tp, default = Optional[tp], None
-        fields.append((p.name, tp, dataclasses.field(default=default)))
-        lines.append(f"    {p.name}: {' '.join((descriptions.get(p.name) or '').split())}")
-    section = dataclasses.make_dataclass(name, fields)
-    section.__doc__ = f"{doc}\n\nAttributes:\n" + "\n".join(lines)
-    section.__module__ = cls.__module__
-    return section
-
-
 def named_section(base: type, name: str, choices: tuple[str, ...], kind: str, selectable: bool = True) -> type:
     """``base`` (an options dataclass) with a first field ``name: Literal[name]``, so that the
     name and its options form one section (``core: {name: delta, hidden_size: 64}``)."""
@@ -301,7 +264,7 @@ def named_section(base: type, name: str, choices: tuple[str, ...], kind: str, se
 
 @functools.cache
 def core_section(name: str) -> type:
-    """The ``core`` section for core ``name``: its ``Config`` dataclass, plus ``name``."""
+    """The ``core`` section for core ``name``: its ``Config``, plus ``name``."""
     from fastnet.registry import CORES, core_class
 
     return named_section(core_class(name).Config, name, tuple(CORES), "core")
@@ -309,25 +272,18 @@ def core_section(name: str) -> type:
 
 @functools.cache
 def env_section(name: str) -> type:
-    """The ``env`` section for env ``name``: the keyword options of its class, plus ``name``."""
+    """The ``env`` section for env ``name``: its class's ``Config``, plus ``name``."""
     import envs
 
-    cls = envs.env_class(name)
-    doc = (cls.__doc__ or "").strip().split("\n")[0]
-    return named_section(options_dataclass(cls, f"{cls.__name__}Options", ("num_envs", "seed"), doc), name,
-                         tuple(envs.ENVS), "env", selectable=False)
+    return named_section(envs.env_class(name).Config, name, tuple(envs.ENVS), "env", selectable=False)
 
 
 @functools.cache
 def task_section(name: str) -> type:
-    """The ``task`` section for task ``name``: its generator's keyword options (less those the task
-    name fixes, such as retrieval1's setting), plus ``name``."""
+    """The ``task`` section for task ``name``: its class's ``Config``, plus ``name``."""
     from envs.tasks import TASKS
 
-    cls, fixed = TASKS[name]
-    doc = (cls.__doc__ or "").strip().split("\n")[0]
-    return named_section(options_dataclass(cls, f"{cls.__name__}Options", ("seed", *fixed), doc), name,
-                         tuple(TASKS), "task")
+    return named_section(TASKS[name][0].Config, name, tuple(TASKS), "task")
 
 
 RESUMABLE = {"resumable": True}
@@ -459,58 +415,33 @@ def _leaf_keys(schema: type, prefix: str = "") -> list[str]:
             for k in (_leaf_keys(tp, f"{prefix}{name}.") if dataclasses.is_dataclass(tp) else [prefix + name])]
 
 
-def check_values(schema: type, raw: dict[str, Any], prefix: str = "") -> None:
+def check_values(schema: type, raw: dict[str, Any]) -> None:
     """ConfigError for the first key of the nested mapping ``raw`` (a YAML file's) that ``schema``
     lacks, or whose value its type refuses (:func:`_value_problem`)."""
-    section = functools.reduce(lambda t, part: _fields(t)[part], prefix.split(".")[:-1], schema)
     for key, value in raw.items():
-        if problem := _unknown(schema, prefix + str(key), prefix + str(key)):
-            raise ConfigError(problem)
-        tp = _fields(section)[key]
-        if dataclasses.is_dataclass(tp):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{prefix}{key}: expected a mapping of the section's keys, got {value!r}")
-            check_values(schema, value, f"{prefix}{key}.")
-        elif problem := _value_problem(tp, value):
-            raise ConfigError(f"{prefix}{key}: {problem}")
+        check_value(schema, str(key), value)
 
 
-def check_flags(schema: type, argv: list[str]) -> None:
-    """ConfigError for the first ``--section.key [VALUE]`` of ``argv`` that ``schema`` lacks, that
-    has no value, or whose value its type refuses; the parser's own flags pass."""
-    for i, arg in enumerate(argv):
-        flag, eq, text = arg.partition("=")
-        if not flag.startswith("--") or flag in ("--config", "--print_config", "--debug", "--help"):
-            continue
-        if problem := _unknown(schema, flag[2:], flag):
-            raise ConfigError(problem)
-        if not eq and (i + 1 == len(argv) or argv[i + 1].startswith("--")):
-            raise ConfigError(f"{flag}: needs a value (a negative number is written {flag}=-1)")
-        tp = functools.reduce(lambda t, part: _fields(t)[part], flag[2:].split("."), schema)
-        try:
-            value = yaml.safe_load(text if eq else argv[i + 1])
-        except yaml.YAMLError:
-            value = text if eq else argv[i + 1]
-        if not dataclasses.is_dataclass(tp) and (problem := _value_problem(tp, value)):
-            raise ConfigError(f"{flag}: {problem}")
+def check_value(schema: type, key: str, value: Any, dash: str = "") -> None:
+    """ConfigError if ``schema`` lacks the dotted ``key`` or its type refuses ``value`` (a section:
+    a mapping of its keys); ``dash`` is "--" for a flag's, which messages write ``--key``."""
+    if problem := _unknown(schema, key, dash + key):
+        raise ConfigError(problem)
+    tp = _type_at(schema, key)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{dash}{key}: expected a mapping of the section's keys, got {value!r}")
+        for k, v in value.items():
+            check_value(schema, f"{key}.{k}", v, dash)
+    elif problem := _value_problem(tp, value):
+        raise ConfigError(f"{dash}{key}: {problem}")
+
+
+def _type_at(schema: type, key: str) -> Any:
+    """The type of the (known) dotted ``key`` of ``schema``."""
+    return functools.reduce(lambda tp, part: _fields(tp)[part], key.split("."), schema)
 
 
 def one_line(error: BaseException) -> str:
-    """The parser's message as one line (what :func:`check_values` and :func:`check_flags` leave to it)."""
+    """The parser's message as one line (what :func:`check_value` leaves to it)."""
     return " ".join(str(error).split())
-
-
-def exit_on_error(run: Callable[[], C], debug: bool | None = None) -> C:
-    """``run()``; a :class:`agents.errors.UserError` prints its one line on stderr and exits with its code
-    (2 for bad input, 1 for a runtime failure). ``--debug`` on the command line, or the environment
-    variable ``DELTABEAST_DEBUG=1``, re-raises it with the traceback."""
-    from agents.errors import UserError
-
-    debug = debug if debug is not None else os.environ.get("DELTABEAST_DEBUG", "") not in ("", "0")
-    try:
-        return run()
-    except UserError as e:
-        if debug:
-            raise
-        print(f"{e.label}: {e}", file=sys.stderr)
-        raise SystemExit(e.exit_code) from None

@@ -5,9 +5,15 @@ and an ``exit_code``: 2 for usage errors (the command line or config asks for so
 cannot be done), 1 for runtime failures (the disk, a checkpoint, a process). Entry points catch
 ``UserError``, print ``<label>: <message>`` (``error``, or ``config error`` for a bad config)
 and exit with ``exit_code``; anything else is a bug and keeps its traceback
-(:func:`agents.config.exit_on_error`).
+(:func:`exit_on_error`).
 """
 from __future__ import annotations
+
+import os
+import sys
+from typing import Callable, TypeVar
+
+R = TypeVar("R")
 
 
 class UserError(Exception):
@@ -76,3 +82,17 @@ class ConfigError(UsageError, ValueError):
     """A config file, flag or value that cannot be used; nothing has been written yet."""
 
     label = "config error"
+
+
+def exit_on_error(run: Callable[[], R], debug: bool | None = None) -> R:
+    """``run()``; a :class:`agents.errors.UserError` prints its one line on stderr and exits with its code
+    (2 for bad input, 1 for a runtime failure). ``--debug`` on the command line, or the environment
+    variable ``DELTABEAST_DEBUG=1``, re-raises it with the traceback."""
+    debug = debug if debug is not None else os.environ.get("DELTABEAST_DEBUG", "") not in ("", "0")
+    try:
+        return run()
+    except UserError as e:
+        if debug:
+            raise
+        print(f"{e.label}: {e}", file=sys.stderr)
+        raise SystemExit(e.exit_code) from None

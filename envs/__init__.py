@@ -1,9 +1,10 @@
 """Environments behind one factory: ``make(name, num_envs, seed=0, **cfg)``.
 
-Every env it returns is batched and has ``num_envs``, ``observation_shape``,
-``num_actions``, ``observation_dtype``, ``reset() -> obs [N, ...]``,
-``step(actions [N]) -> (obs, reward [N], done [N], info)`` with torchbeast-style
-automatic reset (see ``envs.maze.Maze``), and ``close()``.
+Every env class takes ``(num_envs, seed, **options)``, its options the fields of its ``Config``
+dataclass (the config's ``env`` section). Every env it returns is batched and has ``num_envs``,
+``observation_shape``, ``num_actions``, ``observation_dtype``, ``reset() -> obs [N, ...]``,
+``step(actions [N]) -> (obs, reward [N], done [N], info)`` with torchbeast-style automatic reset
+(see ``envs.maze.Maze``), and ``close()``.
 
 Importing ``envs`` registers the Gymnasium ids ``DeltaBeast/Maze-v0`` (``gymnasium.make``
 gives one maze, ``gymnasium.make_vec`` the batched vector env); env modules, and Numba
@@ -11,8 +12,8 @@ with them, load only when an env is made.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +82,5 @@ def make(name: str, num_envs: int, seed: int = 0, **cfg: Any) -> Any:
     An unknown name or option raises ``ValueError`` listing the valid names or options.
     """
     cls = env_class(name)
-    check_options(cfg, (p for p in inspect.signature(cls).parameters if p not in ("num_envs", "seed")), kind="env",
-                  name=name)
+    check_options(cfg, (f.name for f in dataclasses.fields(cls.Config)), kind="env", name=name)
     return cls(num_envs, seed, **cfg)

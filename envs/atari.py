@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
@@ -78,6 +79,10 @@ def canonical_name(game: str) -> str:
     return _camel(rom_id(game))
 
 
+GAMES = tuple(available_games())
+"""The games this ale-py ships (the ``game`` option's choices)."""
+
+
 class Atari:
     """N Atari games stepped by ale-py's ``AtariVectorEnv``, with torchbeast-style automatic reset.
 
@@ -95,49 +100,55 @@ class Atari:
     observation_shape: tuple[int, ...] = (4, 84, 84)
     observation_dtype: np.dtype = np.dtype(np.uint8)
 
-    @staticmethod
-    def option_choices() -> dict[str, list[str]]:
-        """The valid values of the ``game`` option (for the command line's choices)."""
-        return {"game": available_games()}
+    @dataclass
+    class Config:
+        """Atari 2600 games (ale-py), preprocessed as in the papers."""
 
-    def __init__(self, num_envs: int, seed: int = 0, *, game: str = "Pong", sticky_action_prob: float = 0.25,
-                 frame_skip: int = 4, noop_max: int = 30, frame_stack: int = 4, max_episode_frames: int = 108_000,
-                 fire_reset: bool = False, full_action_space: bool = False, num_threads: int = 0) -> None:
-        """
-        Args:
-            game: The game, a Gymnasium name such as Pong or MsPacman (the papers' 20 are in PAPER_GAMES).
-            sticky_action_prob: Probability of repeating the previous action (v5's 0.25 is the only randomness).
-            frame_skip: Emulator frames per agent step, max-pooled over the last two.
-            noop_max: Up to this many no-op actions at the start of a game.
-            frame_stack: Frames stacked into one observation.
-            max_episode_frames: Emulator frames after which a game is cut (108,000 = 30 minutes).
-            fire_reset: Press FIRE after each reset (games that need it to start).
-            full_action_space: Use all 18 actions instead of the game's minimal set.
-            num_threads: C++ threads of the vector env (0: one per env, up to the cores).
-        """
+        game: Literal[GAMES] = "Pong"
+        """The game, a Gymnasium name such as Pong or MsPacman (the papers' 20 are in PAPER_GAMES)."""
+        sticky_action_prob: float = 0.25
+        """Probability of repeating the previous action (v5's 0.25 is the only randomness)."""
+        frame_skip: int = 4
+        """Emulator frames per agent step, max-pooled over the last two."""
+        noop_max: int = 30
+        """Up to this many no-op actions at the start of a game."""
+        frame_stack: int = 4
+        """Frames stacked into one observation."""
+        max_episode_frames: int = 108_000
+        """Emulator frames after which a game is cut (108,000 = 30 minutes)."""
+        fire_reset: bool = False
+        """Press FIRE after each reset (games that need it to start)."""
+        full_action_space: bool = False
+        """Use all 18 actions instead of the game's minimal set."""
+        num_threads: int = 0
+        """C++ threads of the vector env (0: one per env, up to the cores)."""
+
+    def __init__(self, num_envs: int, seed: int = 0, **options: Any) -> None:
+        """``options``: the fields of :class:`Atari.Config`."""
+        cfg = self.Config(**options)
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-        if not 0.0 <= sticky_action_prob <= 1.0:
-            raise ValueError(f"sticky_action_prob must be in [0, 1], got {sticky_action_prob!r}")
-        for name, value, low in (("frame_skip", frame_skip, 1), ("noop_max", noop_max, 0),
-                                 ("frame_stack", frame_stack, 1), ("max_episode_frames", max_episode_frames, 1),
-                                 ("num_threads", num_threads, 0)):
-            if value < low:
-                raise ValueError(f"{name} must be >= {low}, got {value!r}")
+        if not 0.0 <= cfg.sticky_action_prob <= 1.0:
+            raise ValueError(f"sticky_action_prob must be in [0, 1], got {cfg.sticky_action_prob!r}")
+        for name, low in (("frame_skip", 1), ("noop_max", 0), ("frame_stack", 1), ("max_episode_frames", 1),
+                          ("num_threads", 0)):
+            if getattr(cfg, name) < low:
+                raise ValueError(f"{name} must be >= {low}, got {getattr(cfg, name)!r}")
         from ale_py.vector_env import AtariVectorEnv
 
-        self.game = canonical_name(game)
+        self.game = canonical_name(cfg.game)
         self.num_envs = int(num_envs)
         self.seed_value = int(seed)
-        threads = num_threads or min(self.num_envs, os.cpu_count() or 1)
+        threads = cfg.num_threads or min(self.num_envs, os.cpu_count() or 1)
         self._env = AtariVectorEnv(
-            rom_id(game), self.num_envs, num_threads=threads, repeat_action_probability=float(sticky_action_prob),
-            frameskip=int(frame_skip), maxpool=True, noop_max=int(noop_max), stack_num=int(frame_stack),
-            img_height=84, img_width=84, grayscale=True, max_num_frames_per_episode=int(max_episode_frames),
-            full_action_space=bool(full_action_space), episodic_life=False, life_loss_info=False,
-            reward_clipping=False, use_fire_reset=bool(fire_reset), autoreset_mode="SameStep",
+            rom_id(cfg.game), self.num_envs, num_threads=threads,
+            repeat_action_probability=float(cfg.sticky_action_prob),
+            frameskip=int(cfg.frame_skip), maxpool=True, noop_max=int(cfg.noop_max), stack_num=int(cfg.frame_stack),
+            img_height=84, img_width=84, grayscale=True, max_num_frames_per_episode=int(cfg.max_episode_frames),
+            full_action_space=bool(cfg.full_action_space), episodic_life=False, life_loss_info=False,
+            reward_clipping=False, use_fire_reset=bool(cfg.fire_reset), autoreset_mode="SameStep",
         )
-        self.observation_shape = (int(frame_stack), 84, 84)
+        self.observation_shape = (int(cfg.frame_stack), 84, 84)
         self.num_actions = int(self._env.single_action_space.n)
         self._ids = np.arange(self.num_envs)
         self._totals = EpisodeTotals(self.num_envs)

@@ -33,7 +33,8 @@ import functools
 import importlib
 import inspect
 from collections.abc import Sequence
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
 
 import gymnasium
 import numpy as np
@@ -211,44 +212,41 @@ class GymEnv:
     ``info["final_obs"][i]`` is its last observation, for the learner's bootstrap. Actions are
     ``0 .. num_actions-1`` (shifted by the space's ``start``); a MultiDiscrete space's action is
     the mixed-radix index of its components (sizes ``action_sizes``; :mod:`agents.actions`).
-    Env i is seeded with
-    ``(seed + i) mod 2**31`` at ``reset``.
-
-    Options:
-        id: the env (module docstring): a Gymnasium id, ``"module:Id"`` or ``"bsuite/<experiment>/<index>"``.
-        observation: ``"auto"`` (images stay uint8 [C, H, W]; the rest is flattened to
-            float32) or ``"flat"`` (everything flattened).
-        max_episode_steps: a time limit in steps; 0 keeps the env's own.
-        wrappers: Gymnasium wrappers, ``"module:Class"``, applied in order before the observations
-            are adapted (MiniGrid's one-hot view: ``"minigrid.wrappers:OneHotPartialObsWrapper"``).
-        vectorization: ``"sync"`` (all envs in this process) or ``"async"`` (one process each).
+    Env i is seeded with ``(seed + i) mod 2**31`` at ``reset``. Its options are the fields of
+    :class:`GymEnv.Config`.
     """
 
-    def __init__(self, num_envs: int, seed: int = 0, *, id: str, observation: Literal["auto", "flat"] = "auto",
-                 max_episode_steps: int = 0, wrappers: tuple[str, ...] = (),
-                 vectorization: Literal["sync", "async"] = "sync") -> None:
-        """
-        Args:
-            id: A Gymnasium id with a discrete action space ("module:Id" imports the module first), or
-                bsuite/<experiment>/<index>.
-            observation: auto (uint8 images kept as [C, H, W] for a conv stem, all else flattened) or flat.
-            max_episode_steps: Cut episodes after this many steps (0: the env's own limit).
-            wrappers: Gymnasium wrappers applied in order, as module:Class (minigrid.wrappers:OneHotPartialObsWrapper).
-            vectorization: Gymnasium's sync (one process) or async (one process per env) vector env.
-        """
+    @dataclass
+    class Config:
+        """Any Gymnasium env, batched."""
+
+        id: Optional[str] = None
+        """A Gymnasium id with a discrete action space ("module:Id" imports the module first), or
+        bsuite/<experiment>/<index>."""
+        observation: Literal["auto", "flat"] = "auto"
+        """auto (uint8 images kept as [C, H, W] for a conv stem, all else flattened) or flat."""
+        max_episode_steps: int = 0
+        """Cut episodes after this many steps (0: the env's own limit)."""
+        wrappers: tuple[str, ...] = ()
+        """Gymnasium wrappers applied in order, as module:Class (minigrid.wrappers:OneHotPartialObsWrapper)."""
+        vectorization: Literal["sync", "async"] = "sync"
+        """Gymnasium's sync (one process) or async (one process per env) vector env."""
+
+    def __init__(self, num_envs: int, seed: int = 0, **options: Any) -> None:
+        cfg = self.Config(**options)
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-        if not id:
+        if not cfg.id:
             raise ValueError("id is required: a Gymnasium id such as CartPole-v1 or "
                              "popgym:popgym-RepeatPreviousEasy-v0")
-        if max_episode_steps < 0:
-            raise ValueError(f"max_episode_steps must be >= 0, got {max_episode_steps!r}")
-        for option, value, valid in (("observation", observation, ("auto", "flat")),
-                                     ("vectorization", vectorization, ("sync", "async"))):
+        if cfg.max_episode_steps < 0:
+            raise ValueError(f"max_episode_steps must be >= 0, got {cfg.max_episode_steps!r}")
+        for option, value, valid in (("observation", cfg.observation, ("auto", "flat")),
+                                     ("vectorization", cfg.vectorization, ("sync", "async"))):
             if value not in valid:
                 raise ValueError(f"{option} must be one of {valid}, got {value!r}")
-        probe = make_single(id, observation, max_episode_steps, wrappers)
-        self.id, self.num_envs, self.seed_value = id, int(num_envs), int(seed)
+        probe = make_single(cfg.id, cfg.observation, cfg.max_episode_steps, cfg.wrappers)
+        self.id, self.num_envs, self.seed_value = cfg.id, int(num_envs), int(seed)
         self.kind = probe.kind
         self.stem = "resnet" if self.kind == "image" else "mlp"
         self.observation_shape: tuple[int, ...] = tuple(probe.observation_space.shape)
@@ -260,8 +258,9 @@ class GymEnv:
         self._action_start = np.asarray(space.start, np.int64)
         self._multi = multi
         probe.close()
-        fns = [functools.partial(make_single, id, observation, max_episode_steps, wrappers)] * self.num_envs
-        vector = SyncVectorEnv if vectorization == "sync" else AsyncVectorEnv
+        make_one = functools.partial(make_single, cfg.id, cfg.observation, cfg.max_episode_steps, cfg.wrappers)
+        fns = [make_one] * self.num_envs
+        vector = SyncVectorEnv if cfg.vectorization == "sync" else AsyncVectorEnv
         self._env = vector(fns, autoreset_mode=AutoresetMode.SAME_STEP)
         self._totals = EpisodeTotals(self.num_envs)
 

@@ -41,6 +41,7 @@ goal, then the goal of the next episode at a reset. ``MazeEnv(env_index=i)`` see
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import gymnasium
@@ -204,28 +205,29 @@ class Maze:
     ``done[i]``, the episode of env i ended at this step and env i was reset: ``obs[i]``
     is the first observation of the new episode, ``reward[i]`` the last reward of the
     finished one and the info entries its totals; elsewhere they are running totals.
-    Every call returns freshly allocated arrays that the caller may keep.
-
-    Options:
-        size: side of the square maze, odd and >= 5 (9 in the papers; 11 and 13 later).
-        episode_length: steps per episode (250 in the ICML 2018 runs, 200 later).
-        rules: ``"default"`` (the tidier variant; D = 10) or ``"miconi2018"`` (Miconi's
-            ``maze.py`` exactly; D = 12); see the module docstring.
+    Every call returns freshly allocated arrays that the caller may keep. Its options are the
+    fields of :class:`Maze.Config`.
     """
+
+    @dataclass
+    class Config:
+        """The gridworld maze (Miconi et al. 2018)."""
+
+        size: int = 9
+        """Side of the square maze, walls included (odd, >= 5; 9 in the papers)."""
+        episode_length: int = 250
+        """Steps per episode (250 in the ICML 2018 runs)."""
+        rules: Literal["default", "miconi2018"] = "default"
+        """default (observation size 10), or miconi2018: Miconi et al.'s maze.py exactly (12)."""
 
     num_actions: int = NUM_ACTIONS
     observation_dtype: np.dtype = np.dtype(np.float32)
 
-    def __init__(self, num_envs: int, seed: int = 0, *, size: int = 9, episode_length: int = 250,
-                 rules: Literal["default", "miconi2018"] = "default") -> None:
-        """
-        Args:
-            size: Side of the square maze, walls included (odd, >= 5).
-            episode_length: Steps per episode.
-            rules: default, or miconi2018: the rules of Miconi et al.'s ICML 2018 maze, exactly.
-        """
+    def __init__(self, num_envs: int, seed: int = 0, **options: Any) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+        cfg = self.Config(**options)
+        size, episode_length, rules = cfg.size, cfg.episode_length, cfg.rules
         _check_options(size, episode_length, rules)
         self.num_envs, self.size, self.episode_length = int(num_envs), int(size), int(episode_length)
         self.rules = rules

@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.config import exit_on_error
-from agents.errors import CheckpointError, UserError
+from agents.errors import CheckpointError, UserError, exit_on_error
 from agents.files import atomic_save
 from agents.learning.checkpoint import plain_data, read_checkpoint
 

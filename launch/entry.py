@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.acting.transport import SERVER_KEYS_RENAMED
-from agents.config import Selector, exit_on_error, parse
+from agents.config import Selector, parse
+from agents.errors import exit_on_error
 from agents.learning.learner import train
 from agents.run_config import TrainConfig, rl_schema
 from fastnet import CORES

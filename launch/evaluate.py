@@ -404,7 +404,7 @@ def run(argv: list[str]) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    from agents.config import exit_on_error
+    from agents.errors import exit_on_error
 
     argv = sys.argv[1:] if argv is None else argv
     return exit_on_error(lambda: run(argv), debug="--debug" in argv or None)

@@ -25,8 +25,8 @@ from typing import Any
 
 from agents import tables
 from agents.acting.transport import SERVER_KEYS_RENAMED
-from agents.config import env_section, exit_on_error, parse
-from agents.errors import ConfigError
+from agents.config import env_section, parse
+from agents.errors import ConfigError, exit_on_error
 from agents.learning.learner import train
 from agents.learning.logger import CSV_NAME, read_csv
 from agents.network import ResNetNetworkConfig

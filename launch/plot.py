@@ -57,7 +57,7 @@ def default_output(run: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from agents.config import exit_on_error
+    from agents.errors import exit_on_error
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="run directories or CSV files")

@@ -97,7 +97,7 @@ def capacity(args) -> None:
 
 
 def main(argv=None) -> None:
-    from agents.config import exit_on_error
+    from agents.errors import exit_on_error
 
     p = argparse.ArgumentParser(description=__doc__.replace("``", "").replace("::", ":"),  # plain text, not reST
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

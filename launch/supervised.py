@@ -13,7 +13,8 @@ import os
 import sys
 from typing import Any
 
-from agents.config import Selector, exit_on_error, parse
+from agents.config import Selector, parse
+from agents.errors import exit_on_error
 from agents.learning.supervised import Config, supervised_schema, train
 from envs.tasks import TASKS
 from fastnet import CORES

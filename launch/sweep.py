@@ -51,8 +51,8 @@ from agents.atari_tables import (
     format_score,
     paper_step,
 )
-from agents.config import check, exit_on_error, load_yaml, parse, save_yaml, to_dict
-from agents.errors import ConfigError, RunFailure, UsageError, UserError
+from agents.config import check, load_yaml, parse, save_yaml, to_dict
+from agents.errors import ConfigError, RunFailure, UsageError, UserError, exit_on_error
 from agents.files import atomic_write_text
 from agents.learning.learner import train
 from agents.learning.logger import CSV_NAME, read_csv

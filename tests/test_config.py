@@ -220,7 +220,7 @@ def _bad_inputs(tmp):
         (atari, ["--game", "Pongg"], "--env.game: expected one of 'Adventure'"),
         (atari, ["--env.sticky_action_prob", "x"], "--env.sticky_action_prob"),
         (supervised, ["--task", "sorting"], "task.name: unknown task 'sorting'; choose one of: retrieval1"),
-        (supervised, ["--task", "dict", "--task.num_keys", "3"], "valid keys of task: num_pairs, seq_len"),
+        (supervised, ["--task", "dict", "--task.num_keys", "3"], "valid keys of task: sizes, num_pairs, seq_len"),
         (supervised, ["--train.select_metric", "f1"], "--train.select_metric: expected one of"),
         (supervised, ["--train.eval_every", "0"], "--train.eval_every: must be > 0"),
         (supervised, ["--task", "retrieval1", "--task.num_keys", "0", "--run_dir", "{run_dir}"], "task:"),

@@ -223,9 +223,13 @@ def test_late_workers_are_served_in_the_next_batch(splits):
 class SlowEnv:
     """A batched env of one-number observations whose step sleeps ``delay_s``, 10x longer for seed 0."""
 
-    def __init__(self, num_envs: int, seed: int = 0, delay_s: float = 0.004):
+    @dataclasses.dataclass
+    class Config:
+        delay_s: float = 0.004
+
+    def __init__(self, num_envs: int, seed: int = 0, **options):
         self.num_envs, self.observation_shape, self.num_actions = num_envs, (1,), 2
-        self.delay_s = delay_s * (10 if seed == 0 else 1)
+        self.delay_s = self.Config(**options).delay_s * (10 if seed == 0 else 1)
 
     def reset(self) -> np.ndarray:
         return np.zeros((self.num_envs, 1), np.float32)

@@ -29,8 +29,8 @@ def small_tasks(seed=0):
         "code5": CodeExecution(5, seed=seed, sizes=SMALL),
         "listops10": ListOps(10, seed=seed, sizes=SMALL),
         "listops15": ListOps(15, seed=seed, sizes=SMALL),
-        "dict": DictionaryInference(8, 4, seed=seed, sizes={"valid": 10, "test": 10}),
-        "dict_l1": DictionaryInference(4, 1, seed=seed, sizes={"valid": 10, "test": 10}),
+        "dict": DictionaryInference(num_pairs=8, seq_len=4, seed=seed, sizes={"valid": 10, "test": 10}),
+        "dict_l1": DictionaryInference(num_pairs=4, seq_len=1, seed=seed, sizes={"valid": 10, "test": 10}),
         "double_copy": DoubleCopy(seed=seed, sizes={"valid": 10, "test": 10}),
         "priority_sort": PrioritySort(seed=seed, sizes={"valid": 10, "test": 10}),
     }
@@ -141,7 +141,7 @@ def test_listops_depth_and_evaluator():
 
 
 def test_mnm_layouts():
-    e = DictionaryInference(4, 1).generate(np.random.default_rng(0))
+    e = DictionaryInference(num_pairs=4, seq_len=1).generate(np.random.default_rng(0))
     assert len(e) == 4 * 4 + 1 + 2 + 1 and e.mask.sum() == 1
     e = DoubleCopy().generate(np.random.default_rng(0))
     assert len(e) == 151 and e.mask.sum() == 100
@@ -172,7 +172,7 @@ def write_corpus(path, lines=300, seed=0):
 @pytest.mark.parametrize("mode", ["segment", "carry", "sliding"])
 def test_language_model_streams(tmp_path, mode):
     path = write_corpus(tmp_path / "corpus.txt")
-    task = LanguageModel(path, segment_length=16, eval_mode=mode, eval_stride=4)
+    task = LanguageModel(path=path, segment_length=16, eval_mode=mode, eval_stride=4)
     assert task.vocab[0] == "<unk>" and "<eos>" in task.vocab
     stream = task.split("valid")
     scored = 0
@@ -220,9 +220,9 @@ def test_length_bucketing_keeps_every_example_once_per_epoch():
 def test_language_model_rejects_strides_that_would_hang_or_skip_tokens(tmp_path, segment_length, eval_stride):
     path = write_corpus(tmp_path / "corpus.txt")
     with pytest.raises(ValueError, match="eval_stride <= segment_length"):
-        LanguageModel(path, segment_length=segment_length, eval_stride=eval_stride)
-    assert LanguageModel(path, segment_length=8).eval_stride == 8  # the default stride fits short segments
-    assert LanguageModel(path, segment_length=256).eval_stride == 64
+        LanguageModel(path=path, segment_length=segment_length, eval_stride=eval_stride)
+    assert LanguageModel(path=path, segment_length=8).eval_stride == 8  # the default stride fits short segments
+    assert LanguageModel(path=path, segment_length=256).eval_stride == 64
 
 
 def test_a_task_with_too_few_distinct_examples_is_an_error_not_a_hang():

@@ -105,8 +105,28 @@ class TaskSpec:
     metric: str
 
 
+@dataclass
+class SplitOptions:
+    """The options of a task with generated splits."""
+
+    sizes: Optional[dict[str, Optional[int]]] = None
+    """Examples per split, e.g. {train: 10000, valid: 1000, test: 1000} (null: the task's own; a null size:
+    sampled afresh)."""
+
+
+@dataclass
+class BucketOptions(SplitOptions):
+    """The options of a task with generated splits of sequences of varied length."""
+
+    bucket: int = 0
+    """Group training sequences into batches of similar length, from shuffled pools of this many batches
+    (0: plain shuffling)."""
+
+
 class Task:
-    """Base class: subclasses set ``spec`` and implement ``generate(rng) -> Example``."""
+    """Base class: subclasses set ``spec`` and implement ``generate(rng) -> Example``; a task's
+    options are the fields of its ``Config`` dataclass (those its name fixes, such as
+    retrieval1's setting, are arguments of their own)."""
 
     spec: TaskSpec
     sizes: dict[str, Optional[int]] = {"train": 10_000, "valid": 1_000, "test": 1_000}

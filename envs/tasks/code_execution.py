@@ -19,11 +19,12 @@ statement, ~450 tokens per program, as in the paper.
 """
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from envs.tasks.base import Example, Task, TaskSpec
+from envs.tasks.base import BucketOptions, Example, Task, TaskSpec
 
 LOW, HIGH = -8, 16
 NO_OUTPUT = 0
@@ -37,17 +38,18 @@ def value_class(v: int) -> int:
 
 
 class CodeExecution(Task):
-    def __init__(self, num_variables: int = 3, num_statements: int = 100, seed: int = 0,
-                 sizes: Optional[dict[str, Optional[int]]] = None, bucket: int = 0):
-        """
-        Args:
-            num_variables: Variables a program uses (3 or 5 in the paper).
-            num_statements: Statements per program, the final print included.
-            sizes: Examples per split, e.g. {train: 10000, valid: 1000, test: 1000} (null: the task's own; a null
-                size: sampled afresh).
-            bucket: Group training sequences into batches of similar length, from shuffled pools of this many batches
-                (0: plain shuffling).
-        """
+    @dataclass
+    class Config(BucketOptions):
+        """Code execution: the value of each printed variable."""
+
+        num_statements: int = 100
+        """Statements per program, the final print included."""
+
+    def __init__(self, num_variables: int = 3, seed: int = 0, **options: Any):
+        """``num_variables``: variables a program uses (3 or 5 in the paper); ``options``: the
+        fields of :class:`Config`."""
+        cfg = self.Config(**options)
+        num_statements, sizes, bucket = cfg.num_statements, cfg.sizes, cfg.bucket
         if not 1 <= num_variables <= len(VARIABLE_NAMES):
             raise ValueError(f"num_variables must be in 1..{len(VARIABLE_NAMES)}")
         if num_statements < 2:

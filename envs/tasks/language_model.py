@@ -24,7 +24,8 @@ Evaluation modes (``eval_mode``), the first two as the fwp-linear-transformers p
 from __future__ import annotations
 
 import os
-from typing import Iterator, Literal, Optional
+from dataclasses import dataclass
+from typing import Any, Iterator, Literal, Optional
 
 import numpy as np
 import torch
@@ -44,19 +45,28 @@ def tokenize(lines: list[str]) -> list[str]:
 
 
 class LanguageModel(Task):
-    def __init__(self, path: str = "", segment_length: int = 256,
-                 eval_mode: Literal["sliding", "carry", "segment"] = "sliding", eval_stride: Optional[int] = None,
-                 carry_state: bool = False, split_fractions: tuple[float, float, float] = (0.9, 0.05, 0.05),
-                 seed: int = 0):
-        """
-        Args:
-            path: A text file, or a directory with wiki.{train,valid,test}.tokens (nothing is downloaded).
-            segment_length: L, the tokens per training segment.
-            eval_mode: sliding (each token scored once with up to L tokens of context), carry or segment.
-            eval_stride: Tokens scored per window in sliding mode (null: min(64, L); 1 is the exact protocol).
-            carry_state: Carry the state across training segments.
-            split_fractions: Train, valid and test fractions of a single text file.
-        """
+    @dataclass
+    class Config:
+        """Word-level language modelling (WikiText-103's files, or any text file)."""
+
+        path: str = ""
+        """A text file, or a directory with wiki.{train,valid,test}.tokens (nothing is downloaded)."""
+        segment_length: int = 256
+        """L, the tokens per training segment."""
+        eval_mode: Literal["sliding", "carry", "segment"] = "sliding"
+        """sliding (each token scored once with up to L tokens of context), carry or segment."""
+        eval_stride: Optional[int] = None
+        """Tokens scored per window in sliding mode (null: min(64, L); 1 is the exact protocol)."""
+        carry_state: bool = False
+        """Carry the state across training segments."""
+        split_fractions: tuple[float, float, float] = (0.9, 0.05, 0.05)
+        """Train, valid and test fractions of a single text file."""
+
+    def __init__(self, seed: int = 0, **options: Any):
+        """``options``: the fields of :class:`Config`."""
+        cfg = self.Config(**options)
+        path, segment_length, eval_mode, eval_stride = cfg.path, cfg.segment_length, cfg.eval_mode, cfg.eval_stride
+        carry_state, split_fractions = cfg.carry_state, cfg.split_fractions
         super().__init__(seed, {"train": None, "valid": None, "test": None})
         if eval_mode not in ("segment", "carry", "sliding"):
             raise ValueError(f"eval_mode must be sliding, carry or segment, got {eval_mode!r}")

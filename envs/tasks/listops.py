@@ -13,11 +13,12 @@ lengths average ≈ 96 tokens (min ≈ 34; paper: 37–364, mean 98) and depth 1
 """
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from envs.tasks.base import Example, Task, TaskSpec
+from envs.tasks.base import BucketOptions, Example, Task, TaskSpec
 
 OPERATORS = ["[MAX", "[MIN", "[FIRST"]
 VOCAB = OPERATORS + ["]"] + [str(d) for d in range(10)]
@@ -58,17 +59,17 @@ def depth_of(tokens: list[str]) -> int:
 
 
 class ListOps(Task):
-    def __init__(self, depth: int = 10, sublist_prob: float = 0.17, seed: int = 0,
-                 sizes: Optional[dict[str, Optional[int]]] = None, bucket: int = 0):
-        """
-        Args:
-            depth: Maximum nesting depth of a list.
-            sublist_prob: Probability that an argument is a nested list rather than a digit.
-            sizes: Examples per split, e.g. {train: 10000, valid: 1000, test: 1000} (null: the task's own; a null
-                size: sampled afresh).
-            bucket: Group training sequences into batches of similar length, from shuffled pools of this many batches
-                (0: plain shuffling).
-        """
+    @dataclass
+    class Config(BucketOptions):
+        """ListOps: the value of a nested list expression."""
+
+        sublist_prob: float = 0.17
+        """Probability that an argument is a nested list rather than a digit."""
+
+    def __init__(self, depth: int = 10, seed: int = 0, **options: Any):
+        """``depth``: maximum nesting depth of a list; ``options``: the fields of :class:`Config`."""
+        cfg = self.Config(**options)
+        sublist_prob, sizes, bucket = cfg.sublist_prob, cfg.sizes, cfg.bucket
         if depth < 1:
             raise ValueError(f"depth must be >= 1, got {depth}")
         super().__init__(seed, sizes, bucket)

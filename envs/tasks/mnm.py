@@ -3,7 +3,7 @@
 All three sample fresh training examples (``sizes['train'] = None``); valid and test are
 fixed seeded sets (1,000 each by default) kept disjoint from the training stream.
 
-Dictionary inference (``DictionaryInference(k, l)``): per example the 26 letters are split
+Dictionary inference (``DictionaryInference(num_pairs=k, seq_len=l)``): per example the 26 letters are split
 at random into a 13-letter source and a 13-letter target vocabulary with a random
 bijection F. The input is k support pairs ``src EOS tgt SEP`` (each sequence l letters
 sampled with replacement), then ``EOSS``, the query ``src EOS``, then l placeholder tokens
@@ -21,11 +21,12 @@ vectors of highest priority in decreasing priority order. Inputs are float featu
 """
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from envs.tasks.base import Example, Task, TaskSpec
+from envs.tasks.base import Example, SplitOptions, Task, TaskSpec
 
 LETTERS = 26
 EOS, SEP, EOSS, PH = 26, 27, 28, 29
@@ -34,17 +35,20 @@ EOS, SEP, EOSS, PH = 26, 27, 28, 29
 class DictionaryInference(Task):
     sizes = {"train": None, "valid": 1000, "test": 1000}
 
-    def __init__(self, num_pairs: int = 4, seq_len: int = 1, seed: int = 0,
-                 sizes: Optional[dict[str, Optional[int]]] = None):
-        """
-        Args:
-            num_pairs: Key-value pairs in the dictionary.
-            seq_len: Letters per key and per value.
-            sizes: Examples per split, e.g. {train: 10000, valid: 1000, test: 1000} (null: the task's own; a null
-                size: sampled afresh).
-        """
-        super().__init__(seed, sizes)
-        self.k, self.l = num_pairs, seq_len
+    @dataclass
+    class Config(SplitOptions):
+        """Dictionary inference (MNM §4.1): the value of a key of a dictionary seen once."""
+
+        num_pairs: int = 4
+        """Key-value pairs in the dictionary."""
+        seq_len: int = 1
+        """Letters per key and per value."""
+
+    def __init__(self, seed: int = 0, **options: Any):
+        """``options``: the fields of :class:`Config`."""
+        cfg = self.Config(**options)
+        super().__init__(seed, cfg.sizes)
+        self.k, self.l = cfg.num_pairs, cfg.seq_len
         self.spec = TaskSpec(input_vocab=[LETTERS + 4], input_dim=None, output_size=LETTERS,
                              loss="ce", metric="seq_acc")
 
@@ -91,19 +95,22 @@ class DictionaryInference(Task):
 class DoubleCopy(Task):
     sizes = {"train": None, "valid": 1000, "test": 1000}
 
-    def __init__(self, length: int = 50, num_symbols: int = 10, seed: int = 0,
-                 sizes: Optional[dict[str, Optional[int]]] = None):
-        """
-        Args:
-            length: Symbols in the sequence to copy twice.
-            num_symbols: Size of the symbol alphabet.
-            sizes: Examples per split, e.g. {train: 10000, valid: 1000, test: 1000} (null: the task's own; a null
-                size: sampled afresh).
-        """
-        super().__init__(seed, sizes)
-        self.length, self.num_symbols = length, num_symbols
-        self.delimiter, self.blank = num_symbols, num_symbols + 1
-        self.spec = TaskSpec(input_vocab=[num_symbols + 2], input_dim=None, output_size=num_symbols,
+    @dataclass
+    class Config(SplitOptions):
+        """Double copy: the sequence, twice."""
+
+        length: int = 50
+        """Symbols in the sequence to copy twice."""
+        num_symbols: int = 10
+        """Size of the symbol alphabet."""
+
+    def __init__(self, seed: int = 0, **options: Any):
+        """``options``: the fields of :class:`Config`."""
+        cfg = self.Config(**options)
+        super().__init__(seed, cfg.sizes)
+        self.length, self.num_symbols = cfg.length, cfg.num_symbols
+        self.delimiter, self.blank = self.num_symbols, self.num_symbols + 1
+        self.spec = TaskSpec(input_vocab=[self.num_symbols + 2], input_dim=None, output_size=self.num_symbols,
                              loss="ce", metric="seq_acc")
 
     def generate(self, rng: np.random.Generator) -> Example:
@@ -124,19 +131,24 @@ class DoubleCopy(Task):
 class PrioritySort(Task):
     sizes = {"train": None, "valid": 1000, "test": 1000}
 
-    def __init__(self, num_inputs: int = 20, num_outputs: int = 16, bits: int = 8, seed: int = 0,
-                 sizes: Optional[dict[str, Optional[int]]] = None):
-        """
-        Args:
-            num_inputs: Bit vectors in the input, each with a priority.
-            num_outputs: Highest-priority vectors to output, sorted.
-            bits: Bits per vector.
-            sizes: Examples per split, e.g. {train: 10000, valid: 1000, test: 1000} (null: the task's own; a null
-                size: sampled afresh).
-        """
-        super().__init__(seed, sizes)
-        self.n_in, self.n_out, self.bits = num_inputs, num_outputs, bits
-        self.spec = TaskSpec(input_vocab=None, input_dim=bits + 2, output_size=bits, loss="bce", metric="seq_acc")
+    @dataclass
+    class Config(SplitOptions):
+        """Priority sort: the highest-priority bit vectors, sorted."""
+
+        num_inputs: int = 20
+        """Bit vectors in the input, each with a priority."""
+        num_outputs: int = 16
+        """Highest-priority vectors to output, sorted."""
+        bits: int = 8
+        """Bits per vector."""
+
+    def __init__(self, seed: int = 0, **options: Any):
+        """``options``: the fields of :class:`Config`."""
+        cfg = self.Config(**options)
+        super().__init__(seed, cfg.sizes)
+        self.n_in, self.n_out, self.bits = cfg.num_inputs, cfg.num_outputs, cfg.bits
+        self.spec = TaskSpec(input_vocab=None, input_dim=self.bits + 2, output_size=self.bits, loss="bce",
+                             metric="seq_acc")
 
     def generate(self, rng: np.random.Generator) -> Example:
         n, m, b = self.n_in, self.n_out, self.bits

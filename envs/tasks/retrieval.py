@@ -17,7 +17,8 @@ sequences × all S queries).
 """
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import numpy as np
 
@@ -25,15 +26,22 @@ from envs.tasks.base import Example, Task, TaskSpec, one_hot
 
 
 class AssociativeRetrieval(Task):
-    def __init__(self, setting: int = 2, num_keys: int = 20, seq_len: Optional[int] = None,
-                 eval_sequences: int = 20, seed: int = 0):
-        """
-        Args:
-            setting: 1 (keys without replacement, L <= S) or 2 (with replacement), as in §6.1.
-            num_keys: S, the number of keys (and of values).
-            seq_len: L, the (key, value) pairs before the query (null: S in setting 1, 2S in setting 2).
-            eval_sequences: Sequences in each of the valid and test splits.
-        """
+    @dataclass
+    class Config:
+        """Associative retrieval (§6.1): recall the value of a queried key."""
+
+        num_keys: int = 20
+        """S, the number of keys (and of values)."""
+        seq_len: Optional[int] = None
+        """L, the (key, value) pairs before the query (null: S in setting 1, 2S in setting 2)."""
+        eval_sequences: int = 20
+        """Sequences in each of the valid and test splits."""
+
+    def __init__(self, setting: int = 2, seed: int = 0, **options: Any):
+        """``setting``: 1 (keys without replacement, L <= S) or 2 (with replacement), as in §6.1;
+        ``options``: the fields of :class:`Config`."""
+        cfg = self.Config(**options)
+        num_keys, seq_len, eval_sequences = cfg.num_keys, cfg.seq_len, cfg.eval_sequences
         if setting not in (1, 2):
             raise ValueError(f"setting must be 1 or 2, got {setting}")
         if num_keys < 1 or eval_sequences < 1 or (seq_len is not None and seq_len < 1):
