@@ -18,8 +18,9 @@ def write(tmp_path, text, name="cfg.yaml"):
 
 def test_precedence_defaults_presets_config_file_flags(tmp_path):
     cfg = maze.load([])
-    assert cfg.core.name == "lstm" and cfg.core.hidden_size == 128  # maze.yaml's lstm preset over fastnet's 256
-    assert cfg.optim.lr == 3e-3 and cfg.run.total_steps == 20_000_000  # maze.yaml over the dataclass
+    assert cfg.core.name == "lstm" and cfg.core.hidden_size == 64  # maze.yaml's lstm preset over fastnet's 256
+    assert cfg.optim.lr == 5e-3 and cfg.actor.unroll_length == 4  # ... and over maze.yaml's own sections
+    assert cfg.run.total_steps == 20_000_000 and maze.load(["--core", "delta"]).optim.lr == 3e-3  # maze.yaml
     delta = maze.load(["--core", "delta"])
     assert (delta.core.name, delta.core.hidden_size, delta.core.feature_map) == ("delta", 64, "elu")
     user = write(tmp_path, "core: {hidden_size: 32}\noptim: {lr: 1.0e-3}\nrun: {seed: 3}\n")
@@ -78,8 +79,8 @@ def test_print_config_prints_the_resolved_yaml_that_loads_back(tmp_path, capsys)
 
 
 @pytest.mark.parametrize("module,argv,must_show", [
-    (maze, ["--help"], ["--core.hidden_size", "LSTM units per layer", "type: int, default: 128", "--optim.lr",
-                        "Learning rate", "type: PositiveFloat, default: 0.003", "ff, lstm, linear, delta",
+    (maze, ["--help"], ["--core.hidden_size", "LSTM units per layer", "type: int, default: 64", "--optim.lr",
+                        "Learning rate", "type: PositiveFloat, default: 0.005", "ff, lstm, linear, delta",
                         "--actor.start_method {fork,spawn,forkserver}", "short forms: "]),
     (maze, ["--core", "mnm_p", "--help"], ["--core.memory_size", "default: 32", "--core.memory_init_gain"]),
     (atari, ["--help"], ["--env.game GAME", "Literal['Adventure',", "MsPacman", "--network.channels",
