@@ -30,7 +30,7 @@ import os
 import types
 import typing
 from argparse import ArgumentError
-from typing import Any, Callable, Literal, TypeVar
+from typing import Any, Callable, Literal, Optional, TypeVar
 
 import yaml
 from jsonargparse import ArgumentParser, set_parsing_settings
@@ -127,7 +127,7 @@ def read_flags(schema: type, argv: list[str], *, skip: tuple[str, ...]) -> dict[
         tp = _type_at(schema, flag[2:])
         if dataclasses.is_dataclass(tp):
             value = load_yaml(text)
-        elif tp is str:
+        elif tp is str or tp == Optional[str] and text != "null":  # as typed
             value = text
         else:
             try:

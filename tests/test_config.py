@@ -51,6 +51,15 @@ def test_short_flags(tmp_path):
     assert (task.task.name, task.task.bucket, task.optim.lr, task.optim.grad_clip) == ("code3", 8, 3e-3, 0.1)
 
 
+def test_a_string_flag_is_kept_as_typed():
+    """A str (or Optional[str]) flag is not read as YAML: a gym id "123" or "on" stays a string."""
+    from launch import train
+
+    assert [train.load(["--env.id", v]).env.id for v in ("123", "on", "CartPole-v1", "null")] == \
+        ["123", "on", "CartPole-v1", None]
+    assert maze.load(["--run_dir", "2024"]).run.run_dir == "2024"
+
+
 def test_task_presets_nest_core_presets():
     raw = {"optim": {"lr": 1}, "presets": {"task": {"a": {"optim": {"lr": 2}, "presets": {"core": {"x": {
         "optim": {"lr": 3}}}}}}, "core": {"x": {"optim": {"lr": 4}, "core": {"k": 1}}}}}
