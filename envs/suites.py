@@ -99,6 +99,18 @@ def suite(name: str) -> tuple[SuiteEnv, ...]:
     return SUITES[name]
 
 
+def suite_env(key: str) -> tuple[str, SuiteEnv]:
+    """(suite, its entry) of ``<suite>/<env>``; ``ValueError`` naming the suite's envs (or the
+    suites) if there is no such env."""
+    suite, _, name = key.partition("/")
+    if suite not in SUITES:
+        raise ValueError(f"no suite {suite!r}; valid suites: {', '.join(SUITES)}")
+    entries = {e.name: e for e in SUITES[suite]}
+    if name not in entries:
+        raise ValueError(f"{suite} has no env {name!r}; its envs: {', '.join(entries)}")
+    return suite, entries[name]
+
+
 def mmer(curves: Sequence[Sequence[float]], return_range: tuple[float, float]) -> float:
     """POPGym's max-mean episodic return (Morad et al. 2023, §5), normalised to [0, 1].
 

@@ -16,6 +16,7 @@ missing are skipped with a note (``pip install -e '.[memory]'``).
 """
 from __future__ import annotations
 
+import csv
 import dataclasses
 import functools
 import math
@@ -31,7 +32,7 @@ from agents.learning.learner import train
 from agents.learning.logger import CSV_NAME, read_csv
 from agents.network import ResNetNetworkConfig
 from agents.run_config import TrainConfig, rl_schema
-from envs.suites import SUITES, SuiteEnv, mmer
+from envs.suites import SUITES, SuiteEnv, mmer, suite_env
 from launch.entry import CONFIGS, CORE, SHORT_FLAGS
 
 DEFAULTS = os.path.join(CONFIGS, "memory.yaml")
@@ -54,10 +55,12 @@ def selected_envs(suite: str) -> list[tuple[str, SuiteEnv]]:
     if name not in (*SUITES, "all") or (env and name == "all"):
         raise ConfigError(f"--suite: expected one of {', '.join(map(repr, [*SUITES, 'all']))} or SUITE/ENV; "
                           f"got {suite!r}")
-    chosen = [(s, e) for s in (SUITES if name == "all" else [name]) for e in SUITES[s] if env in ("", e.name)]
-    if not chosen:
-        raise ConfigError(f"--suite: {name} has no env {env!r}; its envs: {', '.join(e.name for e in SUITES[name])}")
-    return chosen
+    if env:
+        try:
+            return [suite_env(suite)]
+        except ValueError as e:
+            raise ConfigError(f"--suite: {e}") from None
+    return [(s, e) for s in (SUITES if name == "all" else [name]) for e in SUITES[s]]
 
 
 def load(argv: list[str], env: str | None = None) -> Any:
@@ -131,16 +134,28 @@ def run(argv: list[str]) -> list[dict[str, Any]]:
 
 
 def write_results(results: list[dict[str, Any]], cfg: Any) -> None:
-    """``results-<core>.csv`` and ``.md`` beside each suite's run directories."""
+    """``results-<core>.csv`` and ``.md`` beside each suite's run directories: the envs this run
+    trained, and the rows an earlier run wrote there for the others (a one-env run adds its row)."""
     by_dir: dict[str, list[dict[str, Any]]] = {}
     for r in results:
         by_dir.setdefault(os.path.dirname(r["run_dir"]), []).append(r)
     fields = ("suite", "env", "core", "steps", "metric", "value")
     for directory, rows in by_dir.items():
+        rows = [*earlier_rows(os.path.join(directory, f"results-{cfg.core.name}.csv"), {r["env"] for r in rows}),
+                *rows]
         table = tables.markdown_table(fields, ([r["suite"], r["env"], r["core"], f"{r['steps']:,}", r["metric"],
                                                 f"{r['value']:.3f}"] for r in rows))
         tables.write_results(directory, f"results-{cfg.core.name}", rows=rows, fields=fields,
                              markdown="\n".join(table))
+
+
+def earlier_rows(path: str, skip: set[str]) -> list[dict[str, Any]]:
+    """The rows of the results CSV ``path`` (if there is one) for the envs not in ``skip``."""
+    if not os.path.isfile(path):
+        return []
+    with open(path, newline="") as f:
+        return [{**r, "steps": int(r["steps"]), "value": float(r["value"])}
+                for r in csv.DictReader(f) if r["env"] not in skip]
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:

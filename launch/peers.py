@@ -78,7 +78,7 @@ def run_deltabeast(env: str, core: str, seed: int, steps: int, flags: list[str],
 
 def make_single_env(env: str, seed: int, index: int) -> Any:
     """One copy of ``env`` as a Gymnasium env with flat observations (what RecurrentPPO's MLP takes)."""
-    from launch.sweep import suite_env
+    from envs.suites import suite_env
 
     if env == "maze":
         from envs.maze import MazeEnv
@@ -145,8 +145,7 @@ def score_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
     """The Markdown table: per env and algorithm (a row per core for DeltaBeast), the median over
     seeds (and each seed's value) of the return at each of CHECKPOINTS (up to the runs' length),
     the MMER for POPGym envs, and the median wall time."""
-    from envs.suites import mmer
-    from launch.sweep import suite_env
+    from envs.suites import mmer, suite_env
 
     header = ["env", "algorithm", "seeds", *(f"return at {s // 1000}K" for s in CHECKPOINTS), "MMER", "wall time"]
     table = []

@@ -57,7 +57,8 @@ from agents.files import atomic_write_text
 from agents.learning.learner import train
 from agents.learning.logger import CSV_NAME, read_csv
 from agents.run_config import TrainConfig, directory_name
-from envs.suites import SUITES, SuiteEnv
+from envs import suites
+from envs.suites import SuiteEnv
 from fastnet import CORES
 
 DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "sweep.yaml")
@@ -167,13 +168,11 @@ def is_gym(env: str) -> bool:
 
 
 def suite_env(env: str) -> tuple[str, SuiteEnv]:
-    """(suite, its entry) of ``<suite>/<env>``; ConfigError if there is no such env."""
-    suite, _, name = env.partition("/")
-    entries = {e.name: e for e in SUITES.get(suite, ())}
-    if name not in entries:
-        valid = ", ".join(f"{s}/{e.name}" for s, es in SUITES.items() for e in es)
-        raise ConfigError(f"--envs: no memory-suite env {env!r}; valid: {valid}")
-    return suite, entries[name]
+    """(suite, its entry) of ``<suite>/<env>`` (:func:`envs.suites.suite_env`); ConfigError if there is none."""
+    try:
+        return suites.suite_env(env)
+    except ValueError as e:
+        raise ConfigError(f"--envs: no memory-suite env {env!r}: {e}") from None
 
 
 def variants(cfg: SweepConfig) -> list[tuple[tuple[str, str], ...]]:

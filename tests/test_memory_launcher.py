@@ -44,6 +44,13 @@ def test_one_env_of_a_suite_reports_its_steps_and_where_it_wrote(tmp_path, capsy
     for name in ("CountRecallEasy-lstm.png", "results-lstm.csv", "results-lstm.md"):
         assert f"{tmp_path / 'popgym' / name}" in out
     assert "| popgym | CountRecallEasy | lstm | 512 |" in (tmp_path / "popgym" / "results-lstm.md").read_text()
+    (tmp_path / "popgym" / "results-lstm.csv").write_text(  # as if the whole suite had run before
+        "suite,env,core,steps,metric,value\npopgym,AutoencodeEasy,lstm,512,MMER,0.25\n"
+        "popgym,CountRecallEasy,lstm,256,MMER,0.5\n")
+    memory.main(["--suite", "popgym/CountRecallEasy", "--total_steps", "500", "--run_dir", run_dir, *TINY])
+    table = (tmp_path / "popgym" / "results-lstm.md").read_text()  # the other env's row stays; this env's is new
+    assert "| popgym | AutoencodeEasy | lstm | 512 | MMER | 0.250 |" in table
+    assert "| popgym | CountRecallEasy | lstm | 512 |" in table and "| 256 |" not in table
 
 
 @pytest.mark.parametrize("suite,message", [("atari57", "--suite: expected one of 'popgym'"),
