@@ -57,24 +57,22 @@ class Selector:
 
 def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], defaults_path: str,
           selectors: tuple[Selector, ...] = (), short_flags: dict[str, str] | None = None,
-          prog: str | None = None, description: str | None = None, presets: dict[str, str] | None = None,
-          renamed: dict[str, str] | None = None) -> C:
+          prog: str | None = None, description: str | None = None, presets: dict[str, str] | None = None) -> C:
     """The config of ``make_schema(names)`` from ``defaults_path``, ``--config FILE`` and ``argv``.
 
     ``names`` maps each selector's section (``"core"``) to the chosen name. ``presets`` names
     more presets to apply before the selectors' (``{"env": "CountRecallEasy"}`` applies
     ``presets.env.CountRecallEasy``, whose own ``presets.core`` then apply for the chosen core).
-    ``short_flags`` maps short flags to dotted keys (``{"--total_steps": "run.total_steps"}``);
-    ``renamed`` maps a key's old name to its new one (in flags and files). ``--help`` and
-    ``--print_config`` print and raise ``SystemExit(0)``; bad input raises :class:`ConfigError`.
+    ``short_flags`` maps short flags to dotted keys (``{"--total_steps": "run.total_steps"}``). The
+    schema's ``renamed`` (a class attribute, if it has one) maps keys of older versions to their
+    names now, in flags and files. ``--help`` and ``--print_config`` print and raise
+    ``SystemExit(0)``; bad input raises :class:`ConfigError`.
     """
-    renamed, short_flags = renamed or {}, short_flags or {}
-    aliases = {**short_flags, **{f"--{old}": new for old, new in renamed.items()}}
-    argv = [f"--{aliases[flag]}{eq}{value}" if flag in aliases else arg
-            for arg in argv for flag, eq, value in [arg.partition("=")]]
-    defaults = rename_keys(load_yaml(defaults_path), renamed)
+    short_flags = short_flags or {}
+    argv = _expand(argv, short_flags)
+    defaults = load_yaml(defaults_path)
     user_path = flag_value(argv, "config")
-    user = rename_keys(load_yaml(user_path), renamed) if user_path is not None else {}
+    user = load_yaml(user_path) if user_path is not None else {}
     names, fields = {}, {}
     for sel in selectors:
         section, _, fields[section] = sel.key.rpartition(".")
@@ -84,10 +82,13 @@ def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], def
         if name not in sel.choices:
             raise ConfigError(f"--{sel.key}: unknown {sel.kind} {name!r}; choose one of: {', '.join(sel.choices)}")
         names[section] = name
-    chosen = {**(presets or {}), **names}
-    raw = deep_merge(apply_presets(defaults, chosen), apply_presets(user, chosen))
-    raw = deep_merge(raw, {section: {fields[section]: name} for section, name in names.items()})
     schema = make_schema(names)
+    renamed = getattr(schema, "renamed", {})
+    argv = _expand(argv, {f"--{old}": new for old, new in renamed.items()})
+    chosen = {**(presets or {}), **names}
+    raw = deep_merge(apply_presets(rename_keys(defaults, renamed), chosen),
+                     apply_presets(rename_keys(user, renamed), chosen))
+    raw = deep_merge(raw, {section: {fields[section]: name} for section, name in names.items()})
     try:
         check_values(schema, raw)
     except ConfigError as e:
@@ -140,10 +141,11 @@ def read_flags(schema: type, argv: list[str], *, skip: tuple[str, ...]) -> dict[
     return flags
 
 
-def from_dict(schema: type[C], data: dict[str, Any], source: str, renamed: dict[str, str] | None = None) -> C:
+def from_dict(schema: type[C], data: dict[str, Any], source: str) -> C:
     """``schema`` built from nested mappings (a saved config: a checkpoint's, or config.yaml's),
-    checked as a YAML file is, its keys of old names ``renamed``; ``source`` names it in errors."""
-    data = rename_keys(data, renamed or {})
+    checked as a YAML file is, its keys of old names (``schema.renamed``) read as today's;
+    ``source`` names it in errors."""
+    data = rename_keys(data, getattr(schema, "renamed", {}))
     parser = ArgumentParser(exit_on_error=False)
     parser.add_class_arguments(schema, nested_key=None, fail_untyped=True)
     try:
@@ -181,6 +183,12 @@ def make_parser(schema: type, prog: str | None, description: str | None,
         elif isinstance(action.metavar, str) and len(action.metavar) > 60:  # a Literal's "{a,b,...}", unwrapped
             action.metavar = flag.rpartition(".")[2].upper()  # the choices stay in the wrapped "(type: ...)"
     return parser
+
+
+def _expand(argv: list[str], aliases: dict[str, str]) -> list[str]:
+    """``argv`` with each flag of ``aliases`` as its dotted key: ``--total_steps 5`` -> ``--run.total_steps 5``."""
+    return [f"--{aliases[flag]}{eq}{value}" if flag in aliases else arg
+            for arg in argv for flag, eq, value in [arg.partition("=")]]
 
 
 def flag_value(argv: list[str], key: str) -> str | None:

@@ -139,7 +139,7 @@ def _rl_schema(env: str, core: str, stem: str | None) -> type:
 def config_from_dict(data: dict[str, Any], source: str) -> TrainConfig:
     """The TrainConfig saved in a checkpoint (``payload["config"]``)."""
     stem = (data.get("network") or {}).get("stem")  # absent before network.stem was selectable
-    return from_dict(rl_schema(data["env"]["name"], data["core"]["name"], stem), data, source, SERVER_KEYS_RENAMED)
+    return from_dict(rl_schema(data["env"]["name"], data["core"]["name"], stem), data, source)
 
 
 def inference_mode(cfg: TrainConfig, device_type: str) -> str:

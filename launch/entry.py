@@ -7,7 +7,6 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.acting.transport import SERVER_KEYS_RENAMED
 from agents.config import Selector, parse
 from agents.errors import exit_on_error
 from agents.learning.learner import train
@@ -42,7 +41,7 @@ class RLEntry:
         selectors = (CORE, Selector("network.stem", self.stems, "stem")) if self.stems else (CORE,)
         return parse(lambda names: rl_schema(self.env, names["core"], names.get("network")), argv,
                      os.path.join(CONFIGS, self.defaults), selectors, {**SHORT_FLAGS, **self.short_flags},
-                     prog=self.prog, description=self.doc.split("\n")[0], renamed=SERVER_KEYS_RENAMED)
+                     prog=self.prog, description=self.doc.split("\n")[0])
 
     def main(self, argv: list[str] | None = None) -> dict[str, Any]:
         """Train with the config of ``argv`` (the command line's by default); bad input exits 2 in one line."""
