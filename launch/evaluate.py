@@ -209,8 +209,8 @@ def evaluate_job(job: dict[str, Any]) -> dict[str, Any]:
         _MODELS[path] = load_agent(path)
     model, cfg, _ = _MODELS[path]
     options = {**env_options(cfg.env), **job["env_overrides"]}
-    if cfg.env.name == "atari":  # the papers' sticky actions, whatever the checkpoint trained with
-        options.update(sticky_action_prob=job["sticky_action_prob"], num_threads=options.get("num_threads") or 1)
+    if cfg.env.name == "atari":  # one emulator thread per worker process
+        options["num_threads"] = options.get("num_threads") or 1
 
     def make_env(num_envs: int, seed: int) -> Any:
         return envs.make(cfg.env.name, num_envs=num_envs, seed=seed, **options)
@@ -235,11 +235,16 @@ def evaluate(paths: list[str], args: Any) -> list[dict[str, Any]]:
     """Score every checkpoint in ``paths`` under the command line's ``args`` (:func:`load`: runs,
     episodes, sampling, workers, ...); one result dict per checkpoint (see :func:`summarize`)."""
     overrides = {} if args.max_episode_frames is None else {"max_episode_frames": args.max_episode_frames}
+
+    def played(env: str) -> dict[str, Any]:
+        """The env options evaluation sets: on Atari the papers' sticky actions, whatever the
+        checkpoint trained with."""
+        return {**overrides, **({"sticky_action_prob": args.sticky_action_prob} if env == "atari" else {})}
+
     infos = [describe(p) for p in paths]
     jobs = [{"checkpoint": info["checkpoint"], "run": r, "episodes": args.episodes, "envs_per_run": args.envs_per_run,
-             "sample": samples_actions(info["env"], args.sample), "seed": args.seed, "env_overrides": overrides,
-             "sticky_action_prob": args.sticky_action_prob,
-             "device": args.device, "memory": args.memory}
+             "sample": samples_actions(info["env"], args.sample), "seed": args.seed,
+             "env_overrides": played(info["env"]), "device": args.device, "memory": args.memory}
             for info in infos for r in range(args.runs)]
     workers = max(1, min(args.workers or os.cpu_count() or 1, len(jobs)))
     done_jobs: list[dict[str, Any]] = []
@@ -257,9 +262,8 @@ def evaluate(paths: list[str], args: Any) -> list[dict[str, Any]]:
         mine = sorted((j for j in done_jobs if j["checkpoint"] == info["checkpoint"]), key=lambda j: j["run"])
         per_run = [{"run": j["run"], "scores": j["scores"], "lengths": j["lengths"]} for j in mine]
         policy = "sample" if samples_actions(info["env"], args.sample) else "argmax"
-        played = {**overrides, **({"sticky_action_prob": args.sticky_action_prob} if info["env"] == "atari" else {})}
         results.append({**info, "policy": policy, "memory": args.memory, "seed": args.seed,
-                        "env_overrides": played, "ddof": args.ddof, **summarize(per_run, args.ddof),
+                        "env_overrides": played(info["env"]), "ddof": args.ddof, **summarize(per_run, args.ddof),
                         "per_run": per_run})
     return results
 

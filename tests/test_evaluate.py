@@ -268,11 +268,13 @@ def test_atari_is_scored_with_the_papers_sticky_actions_whatever_it_trained_with
         return CountingEnv(num_envs, seed)
 
     monkeypatch.setattr(evaluate, "load_agent", lambda path: (_CountingModel(), cfg, {}))
+    monkeypatch.setattr(evaluate, "describe", lambda path: {"checkpoint": path, "env": "atari", "game": "Pong",
+                                                             "core": "lstm", "step": 0})
     monkeypatch.setattr(envs, "make", make)
     monkeypatch.setattr(evaluate, "_MODELS", {})
-    job = {"checkpoint": "x.pt", "run": 0, "episodes": 2, "envs_per_run": 2, "sample": False, "seed": 0,
-           "env_overrides": {}, "device": "cpu", "memory": "full", "sticky_action_prob": 0.25}
-    assert len(evaluate.evaluate_job(job)["scores"]) == 2
+    args = evaluate.load(["x.pt", "--runs", "1", "--episodes", "2", "--envs_per_run", "2", "--workers", "1"])
+    (result,) = evaluate.evaluate(["x.pt"], args)
+    assert len(result["per_run"][0]["scores"]) == 2 and result["env_overrides"] == {"sticky_action_prob": 0.25}
     (name, options), = made
     assert name == "atari" and options["sticky_action_prob"] == 0.25 and options["noop_max"] == 7
     assert evaluate.load(["x.pt"]).sticky_action_prob == 0.25

@@ -155,7 +155,7 @@ def read_run_log(run: str) -> tuple[str, list[dict[str, Any]]]:
     if not os.path.isfile(path):
         raise UsageError(f"{run}: no such run directory or CSV file" if not os.path.exists(run)
                          else f"{run} holds no {CSV_NAME} (has the run logged anything yet?)")
-    label = os.path.basename(os.path.dirname(os.path.abspath(path)) if path.endswith(CSV_NAME) else path)
+    label = os.path.basename(os.path.dirname(os.path.abspath(path)) if os.path.basename(path) == CSV_NAME else path)
     return label, read_csv(path)
 
 

@@ -4,8 +4,9 @@ Layout (fla's ``ops/<op>/``, with one difference): ``fast_weight/`` holds ``pyto
 delta / gated rules, Gated DeltaNet and DeltaProduct in PyTorch), ``fused_recurrent.py`` and
 ``chunk.py``; ``recurrent_cores/`` and ``srwm/`` hold ``pytorch.py`` and ``fused_recurrent.py``.
 Where fla's ``naive.py`` is a plain reference, each ``pytorch.py`` is the production path on the
-CPU (autograd Functions with hand-written, memory-saving backward passes) and the reference the
-kernels are tested against; the tests check it in turn against float64 step loops. Which one a core
+CPU and the reference the kernels are tested against: in ``fast_weight/``, autograd Functions with
+hand-written, memory-saving backward passes, which the tests check in turn against float64 step
+loops; in ``recurrent_cores/`` and ``srwm/``, step loops that autograd differentiates. Which one a core
 runs is decided by :mod:`fastnet.kernels.dispatch` (``set_kernel_mode`` / ``$DELTABEAST_KERNELS``), whose
 self-check runs the cases of :mod:`fastnet.kernels.cases` (each kernel beside its reference).
 
