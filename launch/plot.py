@@ -19,18 +19,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from agents.errors import UsageError
-from agents.learning.logger import read_run_log
+from agents.learning.logger import check_metrics, read_run_log
 
 
 def plot(runs: list[str], metrics: list[str], output: str, title: str | None = None, dpi: int = 120) -> None:
     """Draw ``metrics`` against ``step`` for every run into the PNG ``output``. A metric that no
     run logged is a :class:`UsageError` naming the columns there are."""
     logs = [read_run_log(run) for run in runs]
-    columns = {k for _, rows in logs for row in rows for k in row}
-    if unknown := [m for m in metrics if m not in columns]:
-        raise UsageError(f"--metric: no run logged {', '.join(unknown)}; the logs have "
-                         f"{', '.join(sorted(columns - {'step', 'time'}))}")
+    check_metrics(metrics, [rows for _, rows in logs])
     outside = len(runs) > 6  # a long legend goes right of the axes, off the curves
     fig, axes = plt.subplots(1, len(metrics), figsize=(6 * len(metrics) + 3 * outside, 4), squeeze=False)
     colors = plt.get_cmap("tab10" if len(runs) <= 10 else "tab20").colors  # one colour per run

@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt
 import yaml
 
 from agents.errors import UsageError
-from agents.learning.logger import read_run_log
+from agents.learning.logger import check_metrics, read_run_log
 
 
 def _pairs(specs: list[str]) -> list[tuple[str, str]]:
@@ -42,10 +42,7 @@ def _pairs(specs: list[str]) -> list[tuple[str, str]]:
 def curves(args) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     logs = [(label, read_run_log(run)[1]) for label, run in _pairs(args.runs)]
-    columns = {k for _, rows in logs for row in rows for k in row}
-    if args.metric not in columns:
-        raise UsageError(f"--metric: no run logged {args.metric}; the logs have "
-                         f"{', '.join(sorted(columns - {'step', 'time'}))}")
+    check_metrics([args.metric], [rows for _, rows in logs])
     for label, rows in logs:
         rows = [r for r in rows if r.get(args.metric) == r.get(args.metric)]
         xs = [r["step"] if args.x == "step" else r["time"] / 60 for r in rows]

@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any, TextIO
 
+from agents.errors import UsageError
 from agents.files import atomic_write_text, write_failure
 
 CSV_NAME = "logs.csv"
@@ -149,14 +150,21 @@ def read_run_log(run: str) -> tuple[str, list[dict[str, Any]]]:
     """(label, rows) of a run directory's ``logs.csv`` or of a CSV file; the label is the run
     directory's name (the file's, for a CSV file elsewhere). A path that holds no log is a
     :class:`agents.errors.UsageError`."""
-    from agents.errors import UsageError
-
     path = os.path.join(run, CSV_NAME) if os.path.isdir(run) else run
     if not os.path.isfile(path):
         raise UsageError(f"{run}: no such run directory or CSV file" if not os.path.exists(run)
                          else f"{run} holds no {CSV_NAME} (has the run logged anything yet?)")
     label = os.path.basename(os.path.dirname(os.path.abspath(path)) if os.path.basename(path) == CSV_NAME else path)
     return label, read_csv(path)
+
+
+def check_metrics(metrics: list[str], logs: list[list[dict[str, Any]]]) -> None:
+    """:class:`agents.errors.UsageError` if no log (a list of rows) of ``logs`` has a column of
+    ``metrics``, naming the columns they have."""
+    columns = {k for rows in logs for row in rows for k in row}
+    if unknown := [m for m in metrics if m not in columns]:
+        raise UsageError(f"--metric: no run logged {', '.join(unknown)}; the logs have "
+                         f"{', '.join(sorted(columns - {'step', 'time'}))}")
 
 
 def _fmt(value: Any) -> str:
