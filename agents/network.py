@@ -159,7 +159,11 @@ class AgentNet(nn.Module):
     def heads(self, y: Tensor) -> tuple[Tensor, Tensor]:
         """The policy logits [..., A] of the core's outputs y, and the value head's input (the
         baseline torso's output; ``self.baseline(features)`` is the value)."""
-        return self.policy(self.policy_torso(y)), self.baseline_torso(y)
+        return self.policy_logits(y), self.baseline_torso(y)
+
+    def policy_logits(self, y: Tensor) -> Tensor:
+        """The policy logits [..., A] of the core's outputs y."""
+        return self.policy(self.policy_torso(y))
 
     def core_outputs(self, obs: Tensor, prev_reward: Tensor, prev_action: Tensor, done: Tensor, state: State,
                      truncate_per_step: bool = False) -> tuple[Tensor, State, dict[str, Tensor]]:
@@ -202,8 +206,7 @@ class AgentNet(nn.Module):
         checks on the host copy it makes anyway (:func:`check_actions`).
         """
         y, state, _ = self.core_outputs(obs[None], prev_reward[None], prev_action[None], done[None], state)
-        # no value head: acting needs none (PopArt's would cost ~50 µs a step)
-        logits = self.policy(self.policy_torso(y[0]))
+        logits = self.policy_logits(y[0])  # no value head: acting needs none (PopArt's would cost ~50 µs a step)
         if logits.device.type == "cpu":
             if not torch.isfinite(logits).all():
                 raise NonFinitePolicyError(NONFINITE_LOGITS)

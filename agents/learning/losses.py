@@ -83,10 +83,10 @@ class Unrolls:
     def space(self) -> ActionSpace:
         return self.action_space or ActionSpace((self.target_logits.shape[-1],))
 
-    def log_rhos(self) -> Tensor:
-        """log π(a_s|x_s) − log μ(a_s|x_s) [T, B]."""
-        return (self.space.log_prob(self.target_logits, self.actions)
-                - self.space.log_prob(self.behaviour_logits, self.actions))
+    def log_probs(self) -> tuple[Tensor, Tensor]:
+        """(log π(a_s|x_s), log ρ_s = log π(a_s|x_s) − log μ(a_s|x_s)), each [T, B]."""
+        log_pi = self.space.log_prob(self.target_logits, self.actions)
+        return log_pi, log_pi - self.space.log_prob(self.behaviour_logits, self.actions)
 
 
 @torch.no_grad()
@@ -112,7 +112,7 @@ def estimate_returns(u: Unrolls, loss: LossConfig, log_rhos: Optional[Tensor] = 
     """(value targets, advantages) [T, B] of ``loss.advantages``'s estimator."""
     if loss.advantages == "gae":
         return gae_returns(u, loss)
-    return vtrace_returns(u, u.log_rhos() if log_rhos is None else log_rhos, loss)
+    return vtrace_returns(u, u.log_probs()[1] if log_rhos is None else log_rhos, loss)
 
 
 def policy_loss(log_probs: Tensor, log_rhos: Tensor, advantages: Tensor, clip: Optional[float]) -> dict[str, Tensor]:
@@ -153,9 +153,7 @@ def actor_critic_losses(u: Unrolls, loss: LossConfig, *, value_scale: Optional[T
     normalised units and the policy sees advantages of unit scale; ``loss.normalize_advantages``
     standardises A over the batch. With the defaults this is exactly IMPALA's loss.
     """
-    space = u.space
-    log_probs = space.log_prob(u.target_logits, u.actions)
-    log_rhos = log_probs - space.log_prob(u.behaviour_logits, u.actions)
+    log_probs, log_rhos = u.log_probs()
     targets, advantages = returns or estimate_returns(u, loss, log_rhos)
     if value_scale is not None:
         advantages = advantages / value_scale
@@ -164,7 +162,7 @@ def actor_critic_losses(u: Unrolls, loss: LossConfig, *, value_scale: Optional[T
     terms = policy_loss(log_probs, log_rhos, advantages, loss.clip)
     terms["baseline_loss"] = value_loss(targets, u.values, scale=value_scale, old_values=old_values,
                                         clip=loss.value_clip)
-    terms["entropy"] = space.entropy_sum(u.target_logits)
+    terms["entropy"] = u.space.entropy_sum(u.target_logits)
     return terms, targets
 
 
