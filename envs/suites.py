@@ -79,6 +79,17 @@ SUITES: dict[str, tuple[SuiteEnv, ...]] = {
         _popgym("CountRecallEasy", "popgym-CountRecallEasy-v0", (-1.0, 1.0)),
         _popgym("StatelessCartPoleEasy", "popgym-PositionOnlyCartPoleEasy-v0", (0.0, 1.0)),
     ),
+    # The other Easy envs with discrete actions (Pendulum's are continuous), each normalised to
+    # [-1, 1] by POPGym (MultiarmedBandit +-1/length per pull, Battleship and MineSweeper +1 for a
+    # whole game won) or to [0, 1] (the CartPoles, 1/200 per step survived).
+    "popgym_more": tuple(_popgym(name, f"popgym-{name}-v0", (0.0, 1.0) if "Cart" in name else (-1.0, 1.0))
+                         for name in ("RepeatFirstEasy", "MultiarmedBanditEasy", "HigherLowerEasy", "ConcentrationEasy",
+                                      "BattleshipEasy", "MineSweeperEasy", "VelocityOnlyCartpoleEasy",
+                                      "NoisyPositionOnlyCartPoleEasy")),
+    # Medium variants: longer decks and counts than the Easy ones of the same env.
+    "popgym_medium": tuple(_popgym(name, f"popgym-{name}-v0", (-1.0, 1.0))
+                           for name in ("RepeatPreviousMedium", "CountRecallMedium", "RepeatFirstMedium",
+                                        "AutoencodeMedium")),
     "bsuite": (_memory_len(3, 2), _memory_len(10, 9), _memory_len(30, 15), _memory_len(60, 18), _memory_len(100, 22)),
     # MiniGrid pays 1 - 0.9 * steps / max_steps on success and 0 otherwise (minigrid_env.py, _reward).
     # Its view is one-hot (MiniGrid's own wrapper): the answer is an XOR of two cells, key or ball, which
@@ -90,6 +101,17 @@ SUITES: dict[str, tuple[SuiteEnv, ...]] = {
     "memorygym": (SuiteEnv("MortarMayhemGrid", "gym", {"id": "memory_gym:MortarMayhem-Grid-v0"}, "memory-gym",
                            "memory_gym", (0.0, 1.0)),),
 }
+
+
+# The defaults of memory.yaml and train.yaml are chosen on TRAINING_ENVS and reported on
+# HELD_OUT_ENVS, which played no part in choosing them (issue 42; docs/memory_benchmarks.md).
+TRAINING_ENVS = ("popgym/RepeatPreviousEasy", "popgym/AutoencodeEasy", "popgym/CountRecallEasy",
+                 "popgym/StatelessCartPoleEasy", "popgym_more/RepeatFirstEasy", "popgym_more/MultiarmedBanditEasy",
+                 "bsuite/memory_len_10", "bsuite/memory_len_30")
+HELD_OUT_ENVS = ("popgym_more/HigherLowerEasy", "popgym_more/ConcentrationEasy", "popgym_more/BattleshipEasy",
+                 "popgym_more/MineSweeperEasy", "popgym_more/NoisyPositionOnlyCartPoleEasy",
+                 "popgym_more/VelocityOnlyCartpoleEasy", "popgym_medium/RepeatPreviousMedium",
+                 "popgym_medium/CountRecallMedium")
 
 
 def suite(name: str) -> tuple[SuiteEnv, ...]:

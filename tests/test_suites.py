@@ -13,7 +13,7 @@ from gymnasium.utils.env_checker import check_env
 
 import envs
 from envs.gym_adapter import make_single
-from envs.suites import SUITES, SuiteEnv, mmer, suite
+from envs.suites import HELD_OUT_ENVS, SUITES, TRAINING_ENVS, SuiteEnv, mmer, suite, suite_env
 
 ENTRIES = [e for entries in SUITES.values() for e in entries]
 
@@ -32,6 +32,18 @@ SHAPES = {
     "memory_len_30": ((3,), np.float32, 2),
     "memory_len_60": ((3,), np.float32, 2),
     "memory_len_100": ((3,), np.float32, 2),
+    "RepeatFirstEasy": ((4,), np.float32, 4),
+    "MultiarmedBanditEasy": ((2,), np.float32, 10),
+    "HigherLowerEasy": ((13,), np.float32, 2),
+    "ConcentrationEasy": ((156,), np.float32, 52),
+    "BattleshipEasy": ((2,), np.float32, 64),
+    "MineSweeperEasy": ((3,), np.float32, 16),
+    "VelocityOnlyCartpoleEasy": ((2,), np.float32, 2),
+    "NoisyPositionOnlyCartPoleEasy": ((2,), np.float32, 2),
+    "RepeatPreviousMedium": ((4,), np.float32, 4),
+    "CountRecallMedium": ((8,), np.float32, 27),
+    "RepeatFirstMedium": ((4,), np.float32, 4),
+    "AutoencodeMedium": ((6,), np.float32, 4),
     "MemoryS7": ((4 + 7 * 7 * 20,), np.float32, 7),
     "MortarMayhemGrid": ((3, 84, 84), np.uint8, 4),
 }
@@ -43,7 +55,7 @@ def test_suites_hold_the_issue_envs() -> None:
     assert [e.name for e in suite("bsuite")] == ["memory_len_3", "memory_len_10", "memory_len_30",
                                                  "memory_len_60", "memory_len_100"]
     assert sorted(SHAPES) == sorted(e.name for e in ENTRIES)
-    with pytest.raises(ValueError, match="valid suites: popgym, bsuite, minigrid, memorygym"):
+    with pytest.raises(ValueError, match="valid suites: popgym, popgym_more, popgym_medium, bsuite, minigrid"):
         suite("atari")
 
 
@@ -137,3 +149,11 @@ def test_mmer_hand_worked() -> None:
 def test_mmer_bad_arguments(curves: list, return_range: tuple[float, float], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         mmer(curves, return_range)
+
+
+def test_training_and_held_out_envs_are_disjoint_suite_envs() -> None:
+    """The defaults are chosen on one set and reported on another (issue 42): no env in both."""
+    training = {suite_env(key)[1].options["id"] for key in TRAINING_ENVS}
+    held_out = {suite_env(key)[1].options["id"] for key in HELD_OUT_ENVS}
+    assert len(training) == len(TRAINING_ENVS) and len(held_out) == len(HELD_OUT_ENVS)
+    assert not training & held_out
