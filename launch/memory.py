@@ -25,7 +25,7 @@ import sys
 from typing import Any
 
 from agents import tables
-from agents.config import env_section, parse
+from agents.config import env_section, parse, to_yaml
 from agents.errors import ConfigError, exit_on_error
 from agents.learning.learner import train
 from agents.learning.logger import CSV_NAME, read_csv
@@ -104,7 +104,13 @@ def run(argv: list[str]) -> list[dict[str, Any]]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    printing = "--print_config" in argv
+    argv = [arg for arg in argv if arg != "--print_config"]
     cfg = load(argv)
+    if printing:  # what each env trains with: its presets applied, its env section filled in
+        for suite, entry in selected_envs(cfg.suite):
+            print(f"# {suite}/{entry.name}\n{to_yaml(env_config(load(argv, entry.name), suite, entry))}", end="")
+        return []
     results = []
     for suite, entry in selected_envs(cfg.suite):
         if not entry.available():

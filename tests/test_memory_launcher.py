@@ -6,6 +6,7 @@ import dataclasses
 import os
 
 import pytest
+import yaml
 
 from launch import memory
 
@@ -89,6 +90,18 @@ def test_card_games_presets_discount_nothing(name):
     reward: discount 0. StatelessCartPole's actions steer the pole: the suite's 0.9 stays."""
     card_game = name != "StatelessCartPoleEasy"
     assert memory.load([], env=name).loss.discount == (0.0 if card_game else 0.9)
+
+
+def test_print_config_shows_each_env_with_its_presets(capsys):
+    """--print_config prints what each selected env trains with: RepeatPrevious's preset discount
+    of 0 and its own id, not the suite's defaults; nothing is trained."""
+    pytest.importorskip("popgym")
+    assert memory.main(["--suite", "popgym/RepeatPreviousEasy", "--core.hidden_size", "8", "--print_config"]) == []
+    header, text = capsys.readouterr().out.split("\n", 1)
+    printed = yaml.safe_load(text)
+    assert header == "# popgym/RepeatPreviousEasy"
+    assert printed["loss"]["discount"] == 0.0 != memory.load([]).loss.discount
+    assert printed["env"]["id"] == "popgym:popgym-RepeatPreviousEasy-v0" and printed["core"]["hidden_size"] == 8
 
 
 def test_an_env_preset_holds_its_own_per_core_presets():
