@@ -93,7 +93,7 @@ def score(suite: str, entry: SuiteEnv, rows: list[dict[str, Any]]) -> tuple[str,
     curve = [r["mean_return"] for r in rows if math.isfinite(r.get("mean_return", math.nan))]
     if not curve:
         return "mean return", math.nan
-    if suite == "popgym":
+    if suite.startswith("popgym"):
         return "MMER", mmer([curve], entry.return_range)
     return "mean return", curve[-1]
 

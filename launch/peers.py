@@ -201,6 +201,10 @@ def bench_peers(args: argparse.Namespace) -> None:
 
     from launch.sweep import Trial, trial_config
 
+    if args.core is None:  # the launcher config's default core: maze.yaml's, or memory.yaml's
+        from launch import maze, memory
+
+        args.core = (maze if args.env == "maze" else memory).load([]).core.name
     discount = trial_config(Trial(args.env, args.core, 0), None, args.flags, args.out).loss.discount
     for seed in args.seeds if not args.table else []:
         run_dir = os.path.join(args.out, args.env.replace("/", "_"), f"run-{args.core}-s{seed}")
@@ -231,7 +235,7 @@ def bench_peers(args: argparse.Namespace) -> None:
 def add_parser(sub: Any) -> None:
     peers = sub.add_parser("peers", help="DeltaBeast vs sb3-contrib's RecurrentPPO at equal env steps")
     peers.add_argument("--env", default="maze", help="maze, or <suite>/<env> of a memory suite")
-    peers.add_argument("--core", default="lstm", help="DeltaBeast's core")
+    peers.add_argument("--core", default=None, help="DeltaBeast's core (default: its launcher config's)")
     peers.add_argument("--steps", type=int, default=1_000_000, help="env steps per run")
     peers.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     peers.add_argument("--algos", nargs="+", choices=ALGOS, default=list(ALGOS))

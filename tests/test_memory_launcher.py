@@ -142,3 +142,13 @@ def test_a_suite_runs_checkpoint_reads_back_as_a_training_config(suite, tmp_path
     assert saved.env.wrappers == tuple(entry.options.get("wrappers", ()))
     assert saved.core == cfg.core and model.core.output_size == 8
     assert len(model.policy_torso) == (2 if suite == "minigrid" else 0)  # Linear + tanh
+
+
+@pytest.mark.parametrize("suite", ["popgym", "popgym_more", "popgym_medium"])
+def test_every_popgym_suite_is_scored_by_mmer(suite):
+    """POPGym's envs, in any of the three suites, score by MMER: the best of the curve (0.5 of a
+    return in [-1, 1]) maps to 0.75; the other suites by their last mean return."""
+    entry = memory.SUITES[suite][0]
+    rows = [{"mean_return": 0.1}, {"mean_return": 0.5}, {"mean_return": 0.2}]
+    assert memory.score(suite, entry, rows) == ("MMER", pytest.approx(0.75))
+    assert memory.score("bsuite", memory.SUITES["bsuite"][0], rows) == ("mean return", 0.2)
