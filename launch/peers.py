@@ -18,7 +18,9 @@ run's curve goes to ``<out>/<env>/<algo>-s<seed>.json`` (``deltabeast-<core>-s<s
 DeltaBeast's, so that several cores can sit beside each other); the table (median over seeds of the
 return at 100K, 250K, 500K and 1M steps, POPGym's MMER over that curve, wall time) is printed,
 and with ``--docs`` written between the ``peers`` markers of docs/memory_benchmarks.md (memory
-envs) or docs/results.md (the maze), from every result under ``<out>``.
+envs) or docs/results.md (the maze), from every result under ``<out>``. For memory envs a second
+table gives each row's median across the envs of its normalised return (issue 42's score of a
+recipe over a set of envs), and ``--plot FILE`` draws every run's curve, a panel per env.
 """
 from __future__ import annotations
 
@@ -150,10 +152,7 @@ def score_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
     header = ["env", "algorithm", "seeds", *(f"return at {s // 1000}K" for s in CHECKPOINTS), "MMER", "wall time"]
     table = []
     for env in sorted(results):
-        rows = [("deltabeast", core) for core in sorted({r["core"] for r in results[env].get("deltabeast", [])})]
-        rows += [(algo, None) for algo in ALGOS[1:] if results[env].get(algo)]
-        for algo, core in rows:
-            runs = [r for r in results[env][algo] if core is None or r["core"] == core]
+        for name, runs in labelled_runs(results[env]):
             cells = []
             for step in CHECKPOINTS:
                 values = [at_step([tuple(p) for p in r["curve"]], step) for r in runs if r["steps"] >= step]
@@ -166,9 +165,65 @@ def score_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
                 cells.append("—")
             cells.append(f"{statistics.median(r['wall_s'] for r in runs) / 60:.1f} min")
             seeds = ",".join(str(r["seed"]) for r in runs)
-            name = algo if algo != "deltabeast" else f"deltabeast ({core})"
             table.append([env, name, seeds, *cells])
     return "\n".join(markdown_table(header, table))
+
+
+def labelled_runs(by_algo: dict[str, list[dict[str, Any]]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """One env's runs as (row label, runs): ``deltabeast (<core>)`` per core, then each peer."""
+    cores = sorted({r["core"] for r in by_algo.get("deltabeast", [])})
+    return ([(f"deltabeast ({core})", [r for r in by_algo["deltabeast"] if r["core"] == core]) for core in cores]
+            + [(algo, by_algo[algo]) for algo in ALGOS[1:] if by_algo.get(algo)])
+
+
+def across_envs_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
+    """Issue 42's score of an algorithm over a set of memory-suite envs: at each of CHECKPOINTS,
+    the median across the envs of its normalised return (the median over seeds, mapped from the
+    env's return range onto [0, 1]), for the rows that every env has."""
+    from envs.suites import suite_env
+
+    by_label: dict[str, dict[str, list[float]]] = {}
+    for env, by_algo in results.items():
+        low, high = suite_env(env)[1].return_range
+        for name, runs in labelled_runs(by_algo):
+            medians = [statistics.median(v) if (v := [at_step([tuple(p) for p in r["curve"]], step) for r in runs
+                                                      if r["steps"] >= step]) else math.nan for step in CHECKPOINTS]
+            by_label.setdefault(name, {})[env] = [(m - low) / (high - low) for m in medians]
+    header = ["algorithm", "envs", *(f"at {s // 1000}K" for s in CHECKPOINTS)]
+    rows = []
+    for name, by_env in by_label.items():
+        if len(by_env) == len(results):
+            values = [[row[i] for row in by_env.values() if math.isfinite(row[i])] for i in range(len(CHECKPOINTS))]
+            rows.append([name, str(len(by_env)), *(f"{statistics.median(v):.2f}" if v else "—" for v in values)])
+    return "\n".join(markdown_table(header, rows))
+
+
+def plot_curves(results: dict[str, dict[str, list[dict[str, Any]]]], path: str) -> None:
+    """One panel per env: each run's windowed return against env steps, a colour per row label."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = sorted(results)
+    cols = min(4, len(envs))
+    rows = -(-len(envs) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
+    for ax, env in zip(axes.flat, envs):
+        for i, (name, runs) in enumerate(labelled_runs(results[env])):
+            for j, r in enumerate(runs):
+                steps, values = zip(*r["curve"]) if r["curve"] else ((), ())
+                ax.plot(steps, values, color=f"C{i}", lw=1, alpha=0.8, label=name if j == 0 else None)
+        ax.set_title(env, fontsize=9)
+        ax.set_xlabel("environment steps")
+        ax.grid(alpha=0.3)
+    for ax in axes.flat[len(envs):]:
+        ax.axis("off")
+    axes.flat[0].set_ylabel(f"mean return (last {WINDOW} episodes)")
+    axes.flat[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def _median_of(values: list[float], digits: int = 2) -> str:
@@ -225,6 +280,11 @@ def bench_peers(args: argparse.Namespace) -> None:
                   flush=True)
     results = load_results(args.out)
     print(score_table(results))
+    if results and "maze" not in results:
+        print(across_envs_table(results))
+    if args.plot:
+        plot_curves(results, args.plot)
+        print(f"wrote {args.plot}", flush=True)
     if args.docs:
         memory = {env: r for env, r in results.items() if env != "maze"}
         maze = {env: r for env, r in results.items() if env == "maze"}
@@ -242,6 +302,7 @@ def add_parser(sub: Any) -> None:
     peers.add_argument("--out", default="runs/peers", help="where the runs and their curves go")
     peers.add_argument("--table", action="store_true", help="only tabulate the results under --out")
     peers.add_argument("--docs", action="store_true", help="write the table into the docs' peers sections")
+    peers.add_argument("--plot", default=None, metavar="FILE", help="also plot every run's curve, a panel per env")
     peers.add_argument("--flags", nargs=argparse.REMAINDER, default=[],
                        help="more flags for DeltaBeast's launcher, e.g. --flags --optim.lr 1e-3 (last)")
     peers.set_defaults(run=bench_peers)

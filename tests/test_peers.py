@@ -53,6 +53,26 @@ def test_score_table_gives_medians_each_seed_mmer_and_wall_time():
     assert cells[8] == "2.0 min"
 
 
+def test_across_envs_table_is_the_median_of_normalised_seed_medians(tmp_path):
+    """Two envs, by hand: RepeatPrevious ([-1, 1]) has seed medians 0.2 and 0.6 at 100K and 1M,
+    i.e. 0.6 and 0.8 normalised; Stateless CartPole ([0, 1]) 0.1 and 0.3 as they are. Medians
+    across the two envs: 0.35 until 1M, 0.55 there; RecurrentPPO, which only one env has, is left
+    out; the plot is written."""
+    k = 1000
+    rp, cp = "popgym/RepeatPreviousEasy", "popgym/StatelessCartPoleEasy"
+    results = {
+        rp: {"deltabeast": [result(rp, "deltabeast", s, [(100 * k, v0), (1000 * k, v1)], 60)
+                            for s, (v0, v1) in enumerate([(0.2, 0.6), (0.0, 0.9), (0.4, 0.5)])],
+             "recurrent_ppo": [result(rp, "recurrent_ppo", 0, [(100 * k, 0.0), (1000 * k, 0.0)], 60)]},
+        cp: {"deltabeast": [result(cp, "deltabeast", 0, [(100 * k, 0.1), (1000 * k, 0.3)], 60)]},
+    }
+    lines = peers.across_envs_table(results).splitlines()
+    assert lines[0] == "| algorithm | envs | at 100K | at 250K | at 500K | at 1000K |"
+    assert lines[2:] == ["| deltabeast (lstm) | 2 | 0.35 | 0.35 | 0.35 | 0.55 |"]
+    peers.plot_curves(results, str(tmp_path / "curves.png"))
+    assert (tmp_path / "curves.png").stat().st_size > 0
+
+
 def test_score_table_leaves_out_checkpoints_past_the_runs_and_mmer_off_popgym():
     one = {**result("maze", "recurrent_ppo", 0, [(50_000, 3.0), (300_000, 7.5)], 90), "steps": 500_000}
     row = peers.score_table({"maze": {"recurrent_ppo": [one]}}).splitlines()[2]
@@ -89,7 +109,7 @@ def test_write_docs_replaces_only_the_text_between_the_markers(tmp_path):
 
 def bench_args(tmp_path, algos: list[str], steps: int) -> argparse.Namespace:
     return argparse.Namespace(env="maze", core="lstm", steps=steps, seeds=[0], algos=algos, out=str(tmp_path / "peers"),
-                              table=False, docs=False, flags=TINY)
+                              plot=None, table=False, docs=False, flags=TINY)
 
 
 def test_a_tiny_deltabeast_run_writes_its_curve_and_the_table(tmp_path, capsys):
