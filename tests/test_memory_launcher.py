@@ -10,8 +10,9 @@ import yaml
 
 from launch import memory
 
-TINY = ["--num_actors", "1", "--actor.envs_per_actor", "4", "--actor.unroll_length", "8", "--learner.batch_size", "4",
-        "--learner.minibatches", "2", "--core.hidden_size", "8", "--log.print_every_s", "100"]
+TINY = ["--core", "lstm", "--num_actors", "1", "--actor.envs_per_actor", "4", "--actor.unroll_length", "8",
+        "--learner.batch_size", "4", "--learner.minibatches", "2", "--core.hidden_size", "8",
+        "--log.print_every_s", "100"]
 
 
 @pytest.mark.parametrize("suite,metric", [("popgym", "MMER"), ("bsuite", "mean return")])
@@ -102,6 +103,18 @@ def test_print_config_shows_each_env_with_its_presets(capsys):
     assert header == "# popgym/RepeatPreviousEasy"
     assert printed["loss"]["discount"] == 0.0 != memory.load([]).loss.discount
     assert printed["env"]["id"] == "popgym:popgym-RepeatPreviousEasy-v0" and printed["core"]["hidden_size"] == 8
+
+
+def test_the_defaults_are_issue_42s_and_the_tuned_presets_keep_their_one_pass():
+    """The suite's defaults: delta_product, two passes with PPO's clip (issue 42's sweep). The
+    presets whose figures were made with IMPALA's one pass keep it; those with PPO's keep theirs."""
+    cfg = memory.load([])
+    assert (cfg.core.name, cfg.learner.epochs, cfg.loss.clip, cfg.loss.discount) == ("delta_product", 2, 0.2, 0.9)
+    for env in ("RepeatPreviousEasy", "memory_len_30", "memory_len_60", "memory_len_100"):
+        tuned = memory.load([], env=env)
+        assert (tuned.learner.epochs, tuned.loss.clip) == (1, None), env
+    assert memory.load([], env="CountRecallEasy").learner.epochs == 4
+    assert memory.load([], env="MemoryS7").learner.epochs == 8
 
 
 def test_an_env_preset_holds_its_own_per_core_presets():
