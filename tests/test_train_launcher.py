@@ -28,10 +28,10 @@ def test_cartpole_trains_checkpoints_resumes_and_evaluates(tmp_path, capsys):
 
 def test_the_defaults_name_the_run_after_the_env_and_stems_are_selectable():
     cfg = train.load([])
-    assert (cfg.env.name, cfg.env.id, cfg.core.name, cfg.network.stem) == ("gym", "CartPole-v1", "lstm", "mlp")
-    assert cfg.resolved_run_dir() == "runs/CartPole-v1-lstm" and cfg.loss.discount == 0.99
+    assert (cfg.env.name, cfg.env.id, cfg.core.name, cfg.network.stem) == ("gym", "CartPole-v1", "delta_product", "mlp")
+    assert cfg.resolved_run_dir() == "runs/CartPole-v1-delta_product" and cfg.loss.discount == 0.99
     bsuite = train.load(["--env.id", "bsuite/memory_len/0"])
-    assert bsuite.resolved_run_dir() == "runs/bsuite_memory_len_0-lstm"
+    assert bsuite.resolved_run_dir() == "runs/bsuite_memory_len_0-delta_product"
     nature = train.load(["--network.stem", "nature", "--env.id", "ale_py:ALE/Pong-v5"])
     assert (nature.network.stem, nature.network.output_size) == ("nature", 512)
     with pytest.raises(ConfigError, match="--network.stem: unknown stem 'conv'; choose one of: mlp, resnet, nature"):
