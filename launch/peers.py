@@ -155,8 +155,7 @@ def score_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
         for name, runs in labelled_runs(results[env]):
             cells = []
             for step in CHECKPOINTS:
-                values = [at_step([tuple(p) for p in r["curve"]], step) for r in runs if r["steps"] >= step]
-                cells.append(_median_of(values))
+                cells.append(_median_of(seed_values(runs, step)))
             if "/" in env and env.startswith("popgym"):
                 entry = suite_env(env)[1]
                 cells.append(_median_of([mmer([[v for _, v in r["curve"]]], entry.return_range) for r in runs],
@@ -167,6 +166,11 @@ def score_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
             seeds = ",".join(str(r["seed"]) for r in runs)
             table.append([env, name, seeds, *cells])
     return "\n".join(markdown_table(header, table))
+
+
+def seed_values(runs: list[dict[str, Any]], step: int) -> list[float]:
+    """Each run's return at ``step``, for the runs that reached it."""
+    return [at_step([tuple(p) for p in r["curve"]], step) for r in runs if r["steps"] >= step]
 
 
 def labelled_runs(by_algo: dict[str, list[dict[str, Any]]]) -> list[tuple[str, list[dict[str, Any]]]]:
@@ -186,8 +190,7 @@ def across_envs_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> st
     for env, by_algo in results.items():
         low, high = suite_env(env)[1].return_range
         for name, runs in labelled_runs(by_algo):
-            medians = [statistics.median(v) if (v := [at_step([tuple(p) for p in r["curve"]], step) for r in runs
-                                                      if r["steps"] >= step]) else math.nan for step in CHECKPOINTS]
+            medians = [statistics.median(v) if (v := seed_values(runs, step)) else math.nan for step in CHECKPOINTS]
             by_label.setdefault(name, {})[env] = [(m - low) / (high - low) for m in medians]
     header = ["algorithm", "envs", *(f"at {s // 1000}K" for s in CHECKPOINTS)]
     rows = []
