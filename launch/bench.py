@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import functools
+import math
 import os
 import random
 import statistics
@@ -276,6 +277,9 @@ def _pool_rate(args: argparse.Namespace, model: torch.nn.Module, n: int) -> floa
     return _transport_rate(pool, args.pool_unroll * per_actor, args.seconds * args.reps)
 
 
+INFERENCE_MODES = ("actor", "server", "zero-cost")  # what bench inference times beside the raw envs
+
+
 class UniformPolicy(torch.nn.Module):
     """The zero-cost policy of the inference benchmark: uniform random actions, no network, no state."""
 
@@ -368,6 +372,7 @@ def bench_inference(args: argparse.Namespace) -> None:
     flags = ["--core", args.core, "--num_actors", str(args.num_actors), "--actor.envs_per_actor",
              str(args.envs_per_actor), "--learner.batch_size", str(args.envs_per_actor), "--actor.unroll_length",
              str(args.unroll), "--device", args.device]
+    flags += args.flags
     cfg = maze.load(flags) if args.env == "maze" else atari.load(flags + ["--game", args.game])
     device = resolve_device(cfg.run.device)
     torch.set_num_threads(args.threads)
@@ -390,11 +395,15 @@ def bench_inference(args: argparse.Namespace) -> None:
     zero_cost = UniformPolicy(num_actions).to(device)
     waits = args.wait_ms or [cfg.actor.server.max_wait_ms]
     servers = [(k, w) for k in args.splits for w in waits]
-    modes = {"raw envs": lambda: _raw_rate(cfg.env.name, env_options, W, E, args.seconds),
-             "actor mode": lambda: transport("actor", model),
-             **{f"server mode, {label(k, w)}": functools.partial(transport, "server", model, k, w) for k, w in servers},
-             **{f"server, zero-cost, {label(k, w)}": functools.partial(transport, "server", zero_cost, k, w)
-                for k, w in servers}}
+    modes = {"raw envs": lambda: _raw_rate(cfg.env.name, env_options, W, E, args.seconds)}
+    if "actor" in args.modes:
+        modes["actor mode"] = lambda: transport("actor", model)
+    if "server" in args.modes:
+        modes.update({f"server mode, {label(k, w)}": functools.partial(transport, "server", model, k, w)
+                      for k, w in servers})
+    if "zero-cost" in args.modes:
+        modes.update({f"server, zero-cost, {label(k, w)}": functools.partial(transport, "server", zero_cost, k, w)
+                      for k, w in servers})
     rates: dict[str, list[float]] = {m: [] for m in modes}
     for _ in range(args.reps):
         for mode, run in modes.items():
@@ -402,9 +411,10 @@ def bench_inference(args: argparse.Namespace) -> None:
     med = {m: statistics.median(r) for m, r in rates.items()}
     print(f"{args.env}{' ' + args.game if args.env == 'atari' else ''}, core {args.core}, {W} processes x {E} envs, "
           f"unroll {T}, policy on {device}, median of {args.reps} x {args.seconds:g} s, {os.cpu_count()} cpus")
+    actor = med.get("actor mode", math.nan)
     print(f"{'mode':<40}{'steps/s':>10}{'vs raw':>8}{'vs actor':>9}")
     for mode, rate in med.items():
-        print(f"{mode:<40}{rate:>10.0f}{rate / med['raw envs']:>8.2f}{rate / med['actor mode']:>9.2f}")
+        print(f"{mode:<40}{rate:>10.0f}{rate / med['raw envs']:>8.2f}{rate / actor:>9.2f}")
 
 
 def bench_backends(args: argparse.Namespace) -> None:
@@ -590,6 +600,10 @@ def main(argv: list[str] | None = None) -> None:
                            help="server mode with each of these actor.server.worker_splits")
     inference.add_argument("--wait-ms", type=float, nargs="+", default=None,
                            help="server mode with each of these actor.server.max_wait_ms (default: the config's)")
+    inference.add_argument("--modes", nargs="+", choices=INFERENCE_MODES, default=list(INFERENCE_MODES),
+                           help="what to time (default: all; raw envs are always timed, as the reference)")
+    inference.add_argument("--flags", nargs=argparse.REMAINDER, default=[],
+                           help="more flags for the entry point's config, e.g. --flags --env.num_threads 1 (last)")
     inference.set_defaults(run=bench_inference)
     backends = sub.add_parser("backends", help="end-to-end training SPS: local backend vs Ray, side by side")
     _add_run_choice(backends)
