@@ -8,10 +8,12 @@
 # 1. inference: the acting side on Atari (launch/bench.py inference, 12 workers x 4 games = the
 #    papers' 48, 1 and 2 splits): raw ALE, actor mode, server mode, zero-cost server (issue 41:
 #    zero-cost >= 0.8 of raw).
-# 2. env_threads: the zero-cost server again with one ALE thread per env worker (each worker's
+# 2. serve_cost: the server's own work per batch of 48 games (cuda/serve_cost.py: the serve
+#    function driven with no env workers, zero-cost policy on the GPU, cProfile's top functions).
+# 3. env_threads: the zero-cost server again with one ALE thread per env worker (each worker's
 #    AtariVectorEnv otherwise takes min(envs, cpus) threads: 48 threads on 16 cpus at 12 x 4),
 #    to test whether oversubscribed workers are what hold the zero-cost server at ~0.45 of raw.
-# 3. atari_training: the papers' setup end to end (deep ResNet, delta core, 48 Pong games, server
+# 4. atari_training: the papers' setup end to end (deep ResNet, delta core, 48 Pong games, server
 #    mode with the faster split of step 1) for TRAIN_S seconds; the run directory (logs.csv with
 #    sps, learner_wait and mean_return per update) comes back under $OUT/atari_run. Halfway
 #    through, py-spy samples the learner's process (its inference and learner threads) for 30 s
@@ -23,12 +25,12 @@
 # Prepare here, once per machine (nothing can be fetched on the device):
 #   echo /.whl/ >> .git/info/exclude
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux1_x86_64 -d .whl \
 #     gymnasium==1.4.0 ale-py==0.12.1 jsonargparse==4.53.0 docstring-parser farama-notifications typeshed-client \
 #     py-spy
 # Each step's output is in $OUT/<step>.txt.
 set -u
-TRAIN_S=${TRAIN_S:-420}
+TRAIN_S=${TRAIN_S:-390}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "the wheels in .whl did not install"; exit 1; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
@@ -53,7 +55,8 @@ step inference 75 python3 launch/bench.py inference --device cuda --env atari --
 # the faster of the two server modes (1 split when the bench did not finish)
 splits=$(awk '/^server mode, 1 split/ {one=$(NF-2)} /^server mode, 2 splits/ {two=$(NF-2)}
               END {print (two > one ? 2 : 1)}' "$OUT/inference.txt")
-step env_threads 45 python3 launch/bench.py inference --device cuda --env atari --core delta --num-actors 12 \
+step serve_cost 40 python3 cuda/serve_cost.py --device cuda --profile
+step env_threads 60 python3 launch/bench.py inference --device cuda --env atari --core delta --num-actors 12 \
   --envs-per-actor 4 --splits 1 2 --wait-ms 0 --reps 1 --modes zero-cost --flags --env.num_threads 1
 ( sleep $((TRAIN_S / 2)); pid=$(pgrep -o -f '^python3 launch/atari.py') && /tmp/site/bin/py-spy record --pid "$pid" \
     --duration 30 --rate 200 --threads --idle --nonblocking --format raw -o "$OUT/pyspy_learner.txt" \

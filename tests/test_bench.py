@@ -1,12 +1,19 @@
 """launch/bench.py runs end to end on small settings (its figures are benchmarks, not tested)."""
 from __future__ import annotations
 
+import pathlib
 import re
+import runpy
 
 import pytest
+import torch
 
+import envs
+from agents.acting.inference import InferenceServer
+from agents.acting.transport import EnvSetup
+from agents.config import options
 from agents.errors import UserError
-from launch import bench
+from launch import bench, maze
 
 
 def test_the_inference_bench_times_every_mode_the_zero_cost_server_included(capsys):
@@ -32,3 +39,28 @@ def test_the_inference_bench_times_only_the_modes_asked_with_the_flags_given(cap
     assert re.search(r"^server, zero-cost, 1 split\s+\d+\s+[\d.]+\s+nan$", out, re.M)  # no actor mode to compare with
     with pytest.raises((SystemExit, UserError)):
         bench.main(["inference", "--env", "maze", "--modes", "zero-cost", "--flags", "--env.no_such_option", "1"])
+
+
+def test_the_serve_cost_workbench_serves_rounds_with_no_workers():
+    """cuda/serve_cost.py (a step of cuda/gpu_session.sh) drives the server's loop with no env
+    workers: every round must hand out full batches and leave its free groups as it found them."""
+    script = pathlib.Path(__file__).parent.parent / "cuda" / "serve_cost.py"
+    workbench = runpy.run_path(str(script))
+    cfg = maze.load(["--num_actors", "2", "--actor.envs_per_actor", "4", "--learner.batch_size", "4",
+                     "--actor.unroll_length", "3"])
+    spec = envs.spec("maze", **options(cfg.env))
+    setup = EnvSetup("maze", options(cfg.env), [0, 1], spec.observation_shape, torch.float32)
+    server = InferenceServer(bench.UniformPolicy(4), envs=setup, actor=cfg.actor, batch_size=4,
+                             device=torch.device("cpu"))
+    try:
+        groups = len(server.free_groups)
+        served = []
+        for _ in range(9):  # three unrolls of 3 steps (+1) per unit
+            workbench["serve_round"](server)
+            served.append(server.served[0])
+            held = sum(g is not None for g in server.group)
+            assert len(server.free_groups) + held == groups  # no group lost or doubled
+            assert all(handover.empty() for handover in server.acted)  # the actions' handover drained
+        assert served == list(range(1, 10))
+    finally:
+        server.close()
