@@ -55,12 +55,12 @@ def test_the_serve_cost_workbench_serves_rounds_with_no_workers():
     try:
         groups = len(server.free_groups)
         served = []
-        for _ in range(9):  # three unrolls of 3 steps (+1) per unit
-            workbench["serve_round"](server)
+        for units_per_batch in [0] * 5 + [1] * 4:  # over two unrolls of 3 steps (+1) per unit
+            workbench["serve_round"](server, units_per_batch)
             served.append(server.served[0])
             held = sum(g is not None for g in server.group)
             assert len(server.free_groups) + held == groups  # no group lost or doubled
             assert all(handover.empty() for handover in server.acted)  # the actions' handover drained
-        assert served == list(range(1, 10))
+        assert served == [1, 2, 3, 4, 5, 7, 9, 11, 13]  # one batch per round, then one per unit
     finally:
         server.close()
