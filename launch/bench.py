@@ -357,8 +357,9 @@ def bench_inference(args: argparse.Namespace) -> None:
     * server, zero-cost policy: the same with uniform random actions and no network, which
       isolates what the transport itself costs.
 
-    The policy is the entry point's network and core at its defaults (``launch/configs``), in one
-    torch thread per actor process; the server's policy takes ``--threads`` torch threads.
+    ``--modes`` picks which of the last three to time. The policy is the entry point's network and
+    core at its defaults (``launch/configs``) with ``--flags`` over them, in one torch thread per
+    actor process; the server's policy takes ``--threads`` torch threads.
     Repetitions are interleaved (round robin) and medians compared.
     """
     import envs
