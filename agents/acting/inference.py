@@ -391,6 +391,7 @@ class InferenceServer(Transport):
             self._wait(self.published_event)
             values = self.policy.final_values(*inputs, self.prev_action[envs_].to(self.device, non_blocking=True),
                                               tuple(s[table_rows] for s in self.state_table))
+            self.acted_event = self._event()  # a weight copy waits for these reads as for an act's
         values = values.float().cpu().view(len(units), self.envs_per_unit)
         self.slots["final_value"][units] = torch.where(self.slots["truncated"][units], values, 0.0)
 
