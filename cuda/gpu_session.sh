@@ -14,6 +14,8 @@
 # 3. env_threads: the zero-cost server again with one ALE thread per env worker (each worker's
 #    AtariVectorEnv otherwise takes min(envs, cpus) threads: 48 threads on 16 cpus at 12 x 4),
 #    to test whether oversubscribed workers are what hold the zero-cost server at ~0.45 of raw.
+#    batch_target: 2 splits with a batch of half the envs (max_batch 24): with all 48 asked, only
+#    the units not being stepped can be ready, so each batch would wait out its 2 ms.
 # 4. atari_training: the papers' setup end to end (deep ResNet, delta core, 48 Pong games, server
 #    mode with the faster split of step 1) for TRAIN_S seconds; the run directory (logs.csv with
 #    sps, learner_wait and mean_return per update) comes back under $OUT/atari_run. Halfway
@@ -31,7 +33,7 @@
 #     py-spy
 # Each step's output is in $OUT/<step>.txt.
 set -u
-TRAIN_S=${TRAIN_S:-390}
+TRAIN_S=${TRAIN_S:-330}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "the wheels in .whl did not install"; exit 1; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
@@ -56,10 +58,12 @@ step inference 75 python3 launch/bench.py inference --device cuda --env atari --
 # the faster of the two server modes (1 split when the bench did not finish)
 splits=$(awk '/^server mode, 1 split/ {one=$(NF-2)} /^server mode, 2 splits/ {two=$(NF-2)}
               END {print (two > one ? 2 : 1)}' "$OUT/inference.txt")
-step serve_cost 40 python3 cuda/serve_cost.py --device cuda --profile
-step serve_cost_small_batches 40 python3 cuda/serve_cost.py --device cuda --splits 2 --units-per-batch 4
-step env_threads 60 python3 launch/bench.py inference --device cuda --env atari --core delta --num-actors 12 \
+step serve_cost 30 python3 cuda/serve_cost.py --device cuda --profile
+step serve_cost_small_batches 30 python3 cuda/serve_cost.py --device cuda --splits 2 --units-per-batch 4
+step env_threads 50 python3 launch/bench.py inference --device cuda --env atari --core delta --num-actors 12 \
   --envs-per-actor 4 --splits 1 2 --wait-ms 0 --reps 1 --modes zero-cost --flags --env.num_threads 1
+step batch_target 40 python3 launch/bench.py inference --device cuda --env atari --core delta --num-actors 12 \
+  --envs-per-actor 4 --splits 2 --wait-ms 2 --reps 1 --modes zero-cost --flags --actor.server.max_batch 24
 ( sleep $((TRAIN_S / 2)); pid=$(pgrep -o -f '^python3 launch/atari.py') && /tmp/site/bin/py-spy record --pid "$pid" \
     --duration 30 --rate 200 --threads --idle --nonblocking --format raw -o "$OUT/pyspy_learner.txt" \
     > "$OUT/pyspy.txt" 2>&1 ) &
