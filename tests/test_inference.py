@@ -374,44 +374,27 @@ def test_a_favor_redraw_never_lands_inside_an_inference_batch(monkeypatch):
     assert len({tuple(b[0].flatten().tolist()) for b in batches}) > 5  # the redraws reached the loop
 
 
-def test_with_the_side_stream_published_weights_and_inference_batches_wait_for_each_other(monkeypatch):
+@pytest.mark.parametrize("reads", ["act", "final_values"])
+def test_with_the_side_stream_a_weight_copy_and_the_loops_reads_wait_for_each_other(monkeypatch, reads):
     """The weights lock orders the two threads, not their CUDA streams: with the side stream a
-    weight copy must wait on the GPU for the loop's last batch, and the loop's next batch for
-    the copy. The loop's bookkeeping is run directly (no processes), with the events logged."""
+    weight copy must wait on the GPU for the loop's last reads of the weights (an inference batch,
+    or the values of truncated episodes' last observations), and the loop's next reads for the
+    copy. The loop's bookkeeping is run directly (no processes), with the events logged."""
     server = _server(_policy("lstm"), num_workers=2, envs_per_worker=2, unroll_length=2, batch_size=2)
     server.side_stream = True  # its events, logged in place of CUDA's (this is a CPU machine)
     log: list[tuple] = []
     recorded = iter(range(1, 100))
     monkeypatch.setattr(server, "_event", lambda: log.append(("record", next(recorded))) or log[-1][1])
     monkeypatch.setattr(server, "_wait", lambda event: event is not None and log.append(("wait", event)))
-    act, load = server.policy.act, server.policy.load_state_dict
-    monkeypatch.setattr(server.policy, "act", lambda *a, **k: log.append(("act",)) or act(*a, **k))
+    read, load = getattr(server.policy, reads), server.policy.load_state_dict
+    monkeypatch.setattr(server.policy, reads, lambda *a, **k: log.append((reads,)) or read(*a, **k))
     monkeypatch.setattr(server.policy, "load_state_dict", lambda *a, **k: log.append(("copy",)) or load(*a, **k))
+    if reads == "final_values":
+        server.slots["truncated"][0] = True
     learner = _policy("lstm")
     for _ in range(2):
-        server._serve([0, 1], [])
+        server._serve([0, 1], []) if reads == "act" else server._final_values([0])
         server.publish_weights(learner)
-    assert log == [("act",), ("record", 1), ("wait", 1), ("copy",), ("record", 2),
-                   ("wait", 2), ("act",), ("record", 3), ("wait", 3), ("copy",), ("record", 4)]
-    server.workers.close()
-
-
-def test_with_the_side_stream_a_weight_copy_waits_for_the_final_values_too(monkeypatch):
-    """The values of truncated episodes' last observations read the weights as an act does: with
-    the side stream a weight copy must wait on the GPU for them too, and they for the last copy."""
-    server = _server(_policy("lstm"), num_workers=2, envs_per_worker=2, unroll_length=2, batch_size=2)
-    server.side_stream = True
-    server.slots["truncated"][0] = True
-    log: list[tuple] = []
-    recorded = iter(range(1, 100))
-    monkeypatch.setattr(server, "_event", lambda: log.append(("record", next(recorded))) or log[-1][1])
-    monkeypatch.setattr(server, "_wait", lambda event: event is not None and log.append(("wait", event)))
-    final_values, load = server.policy.final_values, server.policy.load_state_dict
-    monkeypatch.setattr(server.policy, "final_values", lambda *a, **k: log.append(("values",)) or final_values(*a, **k))
-    monkeypatch.setattr(server.policy, "load_state_dict", lambda *a, **k: log.append(("copy",)) or load(*a, **k))
-    for _ in range(2):
-        server._final_values([0])
-        server.publish_weights(_policy("lstm"))
-    assert log == [("values",), ("record", 1), ("wait", 1), ("copy",), ("record", 2),
-                   ("wait", 2), ("values",), ("record", 3), ("wait", 3), ("copy",), ("record", 4)]
+    assert log == [(reads,), ("record", 1), ("wait", 1), ("copy",), ("record", 2),
+                   ("wait", 2), (reads,), ("record", 3), ("wait", 3), ("copy",), ("record", 4)]
     server.workers.close()
