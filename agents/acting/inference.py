@@ -356,12 +356,10 @@ class InferenceServer(Transport):
             inputs = {key: self.slots[key][units].flatten(0, 1).to(self.device, non_blocking=True)
                       for key in ("obs", "reward", "done")}
             prev_action = self.prev_action[envs_].to(self.device, non_blocking=True)
-            with self.weights_lock:
-                self._wait(self.published_event)
+            with self._reading_weights():
                 action, logits, state = self.policy.act(inputs["obs"], inputs["reward"], prev_action, inputs["done"],
                                                         tuple(s[table_rows] for s in self.state_table),
                                                         sample=self.sample, generator=self.generator)
-                self.acted_event = self._event()
             for table, s in zip(self.state_table, state):
                 table[table_rows] = s
             action, logits = action.cpu(), logits.cpu()
@@ -387,13 +385,21 @@ class InferenceServer(Transport):
         table_rows = envs_.to(self.device, non_blocking=True)
         inputs = [self.slots[key][units].flatten(0, 1).to(self.device, non_blocking=True)
                   for key in ("final_obs", "reward")]
-        with self.weights_lock:
-            self._wait(self.published_event)
+        with self._reading_weights():
             values = self.policy.final_values(*inputs, self.prev_action[envs_].to(self.device, non_blocking=True),
                                               tuple(s[table_rows] for s in self.state_table))
-            self.acted_event = self._event()  # a weight copy waits for these reads as for an act's
         values = values.float().cpu().view(len(units), self.envs_per_unit)
         self.slots["final_value"][units] = torch.where(self.slots["truncated"][units], values, 0.0)
+
+    @contextlib.contextmanager
+    def _reading_weights(self):
+        """Hold the policy's weights for the loop's reads (an act, the final values): no weight
+        copy in between, and with the side stream the reads wait on the GPU for the last copy
+        and the next copy for the reads (:meth:`publish_weights`)."""
+        with self.weights_lock:
+            self._wait(self.published_event)
+            yield
+            self.acted_event = self._event()
 
     def _event(self) -> torch.cuda.Event | None:
         """A CUDA event recorded on this thread's current stream (None but with the side stream)."""
