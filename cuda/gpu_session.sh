@@ -14,9 +14,9 @@
 # 3. env_threads: the zero-cost server again with one ALE thread per env worker (each worker's
 #    AtariVectorEnv otherwise takes min(envs, cpus) threads: 48 threads on 16 cpus at 12 x 4),
 #    to test whether oversubscribed workers are what hold the zero-cost server at ~0.45 of raw.
-#    batch_target: 2 splits with a batch of half the envs (max_batch 24): with all 48 asked, only
+# 4. batch_target: 2 splits with a batch of half the envs (max_batch 24): with all 48 asked, only
 #    the units not being stepped can be ready, so each batch would wait out its 2 ms.
-# 4. atari_training: the papers' setup end to end (deep ResNet, delta core, 48 Pong games, server
+# 5. atari_training: the papers' setup end to end (deep ResNet, delta core, 48 Pong games, server
 #    mode with the faster split of step 1) for TRAIN_S seconds; the run directory (logs.csv with
 #    sps, learner_wait and mean_return per update) comes back under $OUT/atari_run. Halfway
 #    through, py-spy samples the learner's process (its inference and learner threads) for 30 s
