@@ -98,7 +98,7 @@ class RecurrentDeltaLayer(nn.Module):
         p, d = _heads(self.proj(x), self.H), self.d
         y, W, y_last = rec_delta_sequence(
             p[..., :d], p[..., d:2 * d], p[..., 2 * d:3 * d], p[..., -1],
-            self.R[0], self.R[1], self.R[2], self.r_beta, done, *state,
+            self.R, self.r_beta, done, state,
         )
         return self.out(y.reshape(T, B, -1)), (W, y_last)
 
@@ -123,7 +123,7 @@ class DeltaRNNLayer(nn.Module):
         beta, beta_r = torch.sigmoid(p[..., -2]), torch.sigmoid(p[..., -1])
         y, W, R, y_last = delta_rnn_sequence(
             torch.softmax(q, -1), torch.softmax(k, -1), v, beta,
-            torch.softmax(kr, -1), vr, beta_r, done, *state,
+            torch.softmax(kr, -1), vr, beta_r, done, state,
         )
         return self.out(y.reshape(T, B, -1)), (W, R, y_last)
 

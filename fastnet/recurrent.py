@@ -35,10 +35,12 @@ __all__ = ["rec_delta_step", "rec_delta_sequence", "delta_rnn_step", "delta_rnn_
 
 
 def rec_delta_sequence(
-    aq: Tensor, ak: Tensor, av: Tensor, ab: Tensor, Rq: Tensor, Rk: Tensor, Rv: Tensor, rb: Tensor,
-    done: Tensor, W0: Tensor, y0: Tensor,
+    aq: Tensor, ak: Tensor, av: Tensor, ab: Tensor, R: Tensor, rb: Tensor, done: Tensor,
+    state: tuple[Tensor, Tensor],
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Run :func:`rec_delta_step` over [T,B,...] inputs; returns (y [T,B,H,d], W_T, y_T)."""
+    """Run :func:`rec_delta_step` over [T,B,...] inputs, with the recurrent slow weights
+    R = (R_q, R_k, R_v) [3,H,d,d] and state (W_0, y_0); returns (y [T,B,H,d], W_T, y_T)."""
+    (Rq, Rk, Rv), (W0, y0) = R.unbind(0), state
     if use_triton("rec_delta", aq, supported(aq, aq.shape[-1])):
         from fastnet.kernels.ops import fused_recurrent_rec_delta
 
@@ -51,10 +53,12 @@ def rec_delta_sequence(
 
 
 def delta_rnn_sequence(
-    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, kr: Tensor, vr: Tensor, beta_r: Tensor,
-    done: Tensor, W0: Tensor, R0: Tensor, y0: Tensor,
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, kr: Tensor, vr: Tensor, beta_r: Tensor, done: Tensor,
+    state: tuple[Tensor, Tensor, Tensor],
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Run :func:`delta_rnn_step` over [T,B,...] inputs; returns (y, W_T, R_T, y_T)."""
+    """Run :func:`delta_rnn_step` over [T,B,...] inputs from state (W_0, R_0, y_0); returns
+    (y, W_T, R_T, y_T)."""
+    W0, R0, y0 = state
     if use_triton("delta_rnn", q, supported(q, q.shape[-1], v.shape[-1])):
         from fastnet.kernels.ops import fused_recurrent_delta_rnn
 

@@ -197,7 +197,7 @@ def test_rec_delta_matches_reference(d, T):
     ins_r = [x.detach().double().clone().requires_grad_(True) for x in xs]
     y, WT, yT = kernels.fused_recurrent_rec_delta(*ins_k[:8], done.to(DEV), ins_k[8], ins_k[9])
     r = ins_r
-    yr, WTr, yTr = rec_delta_sequence(_tm(r[0]), _tm(r[1]), _tm(r[2]), _tm(r[3]), *r[4:8], done.t(), r[8], r[9])
+    yr, WTr, yTr = rec_delta_sequence(*[_tm(x) for x in r[:4]], torch.stack(r[4:7]), r[7], done.t(), (r[8], r[9]))
     yr = _tm(yr)
     for a, b_ in ((y, yr), (WT, WTr), (yT, yTr)):
         assert rel(a, b_) < TOL
@@ -225,7 +225,7 @@ def test_delta_rnn_matches_reference(dk, dv, T):
     ins_r = [x.detach().double().clone().requires_grad_(True) for x in xs]
     outs_k = kernels.fused_recurrent_delta_rnn(*ins_k[:7], done.to(DEV), *ins_k[7:])
     r = ins_r
-    yr, WTr, RTr, yTr = delta_rnn_sequence(*[_tm(x) for x in r[:7]], done.t(), *r[7:])
+    yr, WTr, RTr, yTr = delta_rnn_sequence(*[_tm(x) for x in r[:7]], done.t(), tuple(r[7:]))
     outs_r = [_tm(yr), WTr, RTr, yTr]
     for a, b_ in zip(outs_k, outs_r):
         assert rel(a, b_) < TOL
