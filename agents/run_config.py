@@ -14,10 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from jsonargparse.typing import (
-    PositiveFloat,
-    PositiveInt,
-)
+from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
 
 from agents.acting.transport import SERVER_KEYS_RENAMED, ActorConfig, RayConfig
 from agents.config import RESUMABLE, check, core_section, env_section, from_dict, options
@@ -54,6 +51,8 @@ class RLLogConfig(LogConfig):
 
     return_window: PositiveInt = 100
     """Report the mean return over this many recent episodes."""
+    tensorboard_every_s: NonNegativeFloat = 1.0
+    """Seconds between TensorBoard rows (logs.csv keeps every update's; 0: every update)."""
 
 
 @dataclass

@@ -97,3 +97,28 @@ def test_a_full_disk_is_one_line_and_leaves_the_log_as_it_was(tiny_tmpfs):
                                            r"\(the previous log is intact\); free some space"):
         log.log(2, metrics)
     assert (tiny_tmpfs / "logs.csv").read_bytes() == before
+
+
+def _tensorboard_steps(run_dir, tag):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tb"))
+    events.Reload()
+    return [e.step for e in events.Scalars(tag)]
+
+
+def test_tensorboard_gets_a_row_per_interval_and_the_last_one(tmp_path):
+    """With ``tensorboard_every_s`` TensorBoard gets the first row, then none until the interval
+    has passed, and the last row on close; the CSV gets every row."""
+    log = Logger(str(tmp_path), tensorboard=True, tensorboard_every_s=3600.0)
+    for step in (10, 20, 30, 40):
+        log.log(step, {"loss": 1.0 / step})
+    log.close()
+    assert _tensorboard_steps(tmp_path, "loss") == [10, 40]
+    assert [r["step"] for r in read_csv(str(tmp_path / "logs.csv"))] == [10, 20, 30, 40]
+    every = tmp_path / "every"
+    log = Logger(str(every), tensorboard=True)  # the default: every row
+    for step in (10, 20, 30):
+        log.log(step, {"loss": 1.0 / step})
+    log.close()
+    assert _tensorboard_steps(every, "loss") == [10, 20, 30]

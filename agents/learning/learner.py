@@ -246,7 +246,7 @@ def _train(cfg: TrainConfig, device: torch.device,
     seeds = [int(np.random.SeedSequence([cfg.run.seed, i, counters["step"]]).generate_state(1)[0])
              for i in range(cfg.actor.num_actors)]
     logger = Logger(run_dir, resume_step=counters["step"], tensorboard=cfg.log.tensorboard,
-                    print_every_s=cfg.log.print_every_s)
+                    print_every_s=cfg.log.print_every_s, tensorboard_every_s=cfg.log.tensorboard_every_s)
     milestones = sorted(m for m in cfg.checkpoint.milestones if m > counters["step"])
 
     def checkpoint(milestone: bool = False) -> None:
