@@ -72,9 +72,11 @@ def test_a_resume_with_a_longer_budget_steps_at_the_stretched_schedules_lr(tmp_p
 
     logged = [first.update(loss)["lr"] for _ in range(10)]
     assert logged == pytest.approx([0.1 * (1 - u / 10) for u in range(10)])
+    first.optimizer.param_groups[0]["foreach"] = None  # as a checkpoint of an older version holds it
     first.save({"step": 10})
     resumed = Trainer(model, cfg, 20, str(tmp_path), config=cfg)
     assert resumed.resume(torch.device("cpu")) is not None
+    assert resumed.optimizer.param_groups[0]["foreach"] is True  # the multi-tensor step, as in a fresh run
     before = [p.detach().clone() for p in model.parameters()]
     assert resumed.update(loss)["lr"] == pytest.approx(0.05)
     assert not any(torch.equal(a, b) for a, b in zip(before, model.parameters()))
