@@ -85,6 +85,32 @@ def _policy_lags(num_buffers: int | None, batches: int = 8) -> list[int]:
     return lags
 
 
+def test_publishing_copies_every_weight_and_buffer_also_a_redrawn_one():
+    """The actors' shared copy takes the learner's weights, PopArt statistics and FAVOR+
+    projections; a redraw replaces the learner's projection tensor, and the copy still gets it."""
+    from fastnet.feature_maps import redraw_random_features
+
+    probe = envs.make("maze", num_envs=1)
+    learner = AgentNet(tuple(probe.observation_shape), probe.num_actions, "linear",
+                       {"feature_map": "favor", "favor_features": 8, "hidden_size": 16, "num_layers": 1,
+                        "num_heads": 2, "head_dim": 8, "ff_size": 16},
+                       popart={"step": 0.01, "min_sigma": 0.01})
+    actors = copy.deepcopy(learner)
+    pool = _pool("fork", model=actors)  # not started: no processes needed to publish
+    (projection,) = [k for k in learner.state_dict() if k.endswith("projection")]
+    redraw_random_features(learner)
+    assert not torch.equal(actors.state_dict()[projection], learner.state_dict()[projection])
+    with torch.no_grad():
+        for p in learner.parameters():
+            p.add_(1.0)
+        learner.baseline.mu.fill_(3.0)
+    pool.publish_weights(learner)
+    shared, learned = actors.state_dict(), learner.state_dict()
+    for key, value in learned.items():
+        assert torch.equal(shared[key], value), key
+    pool.close()
+
+
 def test_num_buffers_of_one_batch_bound_the_policy_lag_to_one_batch():
     """A batch's worth of buffers: each batch was acted with the weights one update old at most
     (the actors fill it while the learner learns from the last); the default's 5 buffers lag more."""
