@@ -177,7 +177,7 @@ class Trainer:
             schedule, update = self.scheduler.lr_lambdas[0], self.scheduler.last_epoch
             for group, base_lr in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
                 group["lr"] = base_lr * schedule(update)
-                group["foreach"] = True  # a checkpoint of an older version holds torch's default
+                group["foreach"] = self.optimizer.defaults["foreach"]  # build_optimizer's, not an older checkpoint's
             print(f"resuming from {path} at step {self.saved_step:,}", flush=True)
         try:
             os.makedirs(self.run_dir, exist_ok=True)
