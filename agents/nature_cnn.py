@@ -1,5 +1,8 @@
-"""The Nature-DQN convolutional stem (Mnih et al. 2015, "Human-level control through deep
-reinforcement learning", Methods: model architecture), the small torso for CPU-scale Atari runs.
+"""The DQN convolutional stems, the small torsos for CPU-scale Atari runs: Nature-DQN's (Mnih et
+al. 2015, "Human-level control through deep reinforcement learning", Methods: model architecture)
+and IMPALA's shallow one (Espeholt et al. 2018, Fig. 3 left; the network of Mnih et al. 2013).
+
+Nature:
 
 conv 32 x 8x8 stride 4, ReLU; conv 64 x 4x4 stride 2, ReLU; conv 64 x 3x3 stride 1, ReLU;
 flatten (64 x 7 x 7 = 3136 values for 84x84 frames); Linear(3136 -> ``output_size``) with ReLU.
@@ -8,9 +11,14 @@ floor((size - kernel) / stride) + 1: 84 -> 20 -> 9 -> 7. Weights start orthogona
 sqrt(2) and biases at 0, as CleanRL's ``ppo_atari`` initialises this network (Huang et al. 2022,
 "The 37 implementation details of PPO", detail 2).
 
-It costs about 9.4M multiply-adds per frame forward, against about 20M for the IMPALA deep
+It costs about 9.3M multiply-adds per frame forward, against about 20M for the IMPALA deep
 ResNet (agents/resnet.py) at 84x84, and most of its weights sit in one matrix product, which a
 CPU runs well. The papers' deep ResNet stays the Atari default.
+
+Shallow (:class:`ShallowStem`): conv 16 x 8x8 stride 4, ReLU; conv 32 x 4x4 stride 2, ReLU;
+flatten (32 x 9 x 9 = 2592); Linear(2592 -> ``output_size``, 256) with ReLU. About 3.0M
+multiply-adds per frame, a third of Nature's, for runs where the learner's conv passes are the
+cost (a 2-core CPU).
 """
 from __future__ import annotations
 
@@ -20,11 +28,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-LAYERS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # (out channels, kernel, stride)
+from agents.resnet import image_input
 
 
 class NatureStem(nn.Module):
     """obs [N, C, H, W] (uint8 or float) -> features [N, output_size]."""
+
+    NAME = "nature"
+    LAYERS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # (out channels, kernel, stride)
 
     @dataclass
     class Config:
@@ -38,12 +49,14 @@ class NatureStem(nn.Module):
     def __init__(self, observation_shape: tuple[int, ...], config: Config):
         super().__init__()
         if len(observation_shape) != 3:
-            raise ValueError(f"the nature stem needs observations [C, H, W], got shape {observation_shape}")
+            raise ValueError(f"the {self.NAME} stem needs observations [C, H, W], got shape {observation_shape}")
         in_channels, height, width = observation_shape
         layers: list[nn.Module] = []
-        for out_channels, kernel, stride in LAYERS:
+        for out_channels, kernel, stride in self.LAYERS:
             if min(height, width) < kernel:
-                raise ValueError(f"the nature stem needs frames of at least 36x36, got {observation_shape[1:]}")
+                side = self.min_size()
+                raise ValueError(f"the {self.NAME} stem needs frames of at least {side}x{side}, "
+                                 f"got {observation_shape[1:]}")
             layers += [nn.Conv2d(in_channels, out_channels, kernel, stride=stride), nn.ReLU()]
             in_channels = out_channels
             height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
@@ -57,12 +70,33 @@ class NatureStem(nn.Module):
                 nn.init.zeros_(layer.bias)
 
     def forward(self, obs: Tensor) -> Tensor:
-        x = obs.float() / 255.0 if obs.dtype == torch.uint8 else obs.float()
+        x = image_input(obs, torch.bfloat16 if self.bf16 else torch.float32)
         with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            # NHWC as in agents/resnet.py: oneDNN's convolutions are faster in it on the CPU; values unchanged
-            x = self.convs(x.contiguous(memory_format=torch.channels_last))
+            x = self.convs(x)
             x = torch.relu(self.fc(x.flatten(1)))
         return x.float()
 
+    @classmethod
+    def min_size(cls) -> int:
+        """The smallest frame side the convolutions take (Nature: 36, shallow: 20)."""
+        size = 1
+        for _, kernel, stride in reversed(cls.LAYERS):
+            size = (size - 1) * stride + kernel
+        return size
 
-__all__ = ["NatureStem"]
+
+class ShallowStem(NatureStem):
+    """IMPALA's shallow network: obs [N, C, H, W] (uint8 or float) -> features [N, output_size]."""
+
+    NAME = "shallow"
+    LAYERS = ((16, 8, 4), (32, 4, 2))
+
+    @dataclass
+    class Config(NatureStem.Config):
+        """IMPALA's shallow torso (Espeholt et al., 2018, Fig. 3): two convolutions and a fully connected layer."""
+
+        output_size: int = 256
+        """Units of the final fully connected layer (256 in the paper)."""
+
+
+__all__ = ["NatureStem", "ShallowStem"]

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from agents.actions import ActionSpace
 from agents.errors import NonFinitePolicyError
-from agents.nature_cnn import NatureStem
+from agents.nature_cnn import NatureStem, ShallowStem
 from agents.popart import PopArt
 from agents.resnet import ResNetStem
 from fastnet import make_core
@@ -62,12 +62,12 @@ class MLPStem(nn.Module):
 
 
 def make_stem(name: str, observation_shape: tuple[int, ...], **cfg: Any) -> nn.Module:
-    """The stem ``name`` ("mlp"; "resnet" from ``agents.resnet``; "nature" from ``agents.nature_cnn``)
+    """The stem ``name`` ("mlp"; "resnet" from ``agents.resnet``; "nature" and "shallow" from ``agents.nature_cnn``)
     for observations of this shape.
 
     A stem maps obs [N, *observation_shape] to features [N, stem.output_size].
     """
-    stems = {"mlp": MLPStem, "resnet": ResNetStem, "nature": NatureStem}
+    stems = {"mlp": MLPStem, "resnet": ResNetStem, "nature": NatureStem, "shallow": ShallowStem}
     if name not in stems:
         raise ValueError(f"unknown stem {name!r}; valid stems: {', '.join(stems)}")
     cls = stems[name]
@@ -114,6 +114,18 @@ class NatureNetworkConfig(NetworkConfig, NatureStem.Config):
     """The network: the Nature-DQN conv stem on image observations, and the core's other inputs."""
 
     stem: ClassVar[str] = "nature"
+
+
+@dataclass
+class ShallowNetworkConfig(NetworkConfig, ShallowStem.Config):
+    """The network: IMPALA's shallow conv stem on image observations, and the core's other inputs."""
+
+    stem: ClassVar[str] = "shallow"
+
+
+# The network sections ``network.stem`` chooses from, by stem.
+STEM_NETWORKS: dict[str, type[NetworkConfig]] = {c.stem: c for c in (MLPNetworkConfig, ResNetNetworkConfig,
+                                                                     NatureNetworkConfig, ShallowNetworkConfig)}
 
 
 class AgentNet(nn.Module):

@@ -20,7 +20,7 @@ from agents.acting.transport import SERVER_KEYS_RENAMED, ActorConfig, RayConfig
 from agents.config import RESUMABLE, check, core_section, env_section, from_dict, options
 from agents.learning.losses import LossConfig
 from agents.learning.training import LogConfig, OptimConfig, RunConfig
-from agents.network import AgentNet, MLPNetworkConfig, NatureNetworkConfig, NetworkConfig, ResNetNetworkConfig
+from agents.network import STEM_NETWORKS, AgentNet, MLPNetworkConfig, NetworkConfig
 
 
 @dataclass
@@ -100,8 +100,7 @@ def directory_name(name: str) -> str:
 NETWORKS: dict[str, type] = {"maze": MLPNetworkConfig, "gym": MLPNetworkConfig}
 # The stems ``network.stem`` chooses from (images on launch/atari.py; any on launch/train.py),
 # and each env's default one.
-IMAGE_NETWORKS: dict[str, type] = {"resnet": ResNetNetworkConfig, "nature": NatureNetworkConfig}
-STEM_NETWORKS: dict[str, type] = {"mlp": MLPNetworkConfig, **IMAGE_NETWORKS}
+IMAGE_NETWORKS: dict[str, type] = {stem: c for stem, c in STEM_NETWORKS.items() if stem != "mlp"}
 DEFAULT_STEMS: dict[str, str] = {"atari": "resnet"}
 
 

@@ -11,6 +11,8 @@
 # 2. serve_cost: the server's own work per batch of 48 games (cuda/serve_cost.py: the serve
 #    function driven with no env workers, zero-cost policy on the GPU, cProfile's top functions);
 #    then per 48 games served in batches of 4 units of 2 games (2 splits, staggered workers).
+#    Both with atari.yaml's batch of 32 games (8 units per batch), whose rows the serve function
+#    writes as runs of consecutive units since 2026-11-27 (earlier sessions: one unit per batch).
 # 3. env_threads: the zero-cost server again with one ALE thread per env worker (each worker's
 #    AtariVectorEnv otherwise takes min(envs, cpus) threads: 48 threads on 16 cpus at 12 x 4),
 #    to test whether oversubscribed workers are what hold the zero-cost server at ~0.45 of raw.
@@ -58,8 +60,8 @@ step inference 75 python3 launch/bench.py inference --device cuda --env atari --
 # the faster of the two server modes (1 split when the bench did not finish)
 splits=$(awk '/^server mode, 1 split/ {one=$(NF-2)} /^server mode, 2 splits/ {two=$(NF-2)}
               END {print (two > one ? 2 : 1)}' "$OUT/inference.txt")
-step serve_cost 30 python3 cuda/serve_cost.py --device cuda --profile
-step serve_cost_small_batches 30 python3 cuda/serve_cost.py --device cuda --splits 2 --units-per-batch 4
+step serve_cost 30 python3 cuda/serve_cost.py --device cuda --batch-size 32 --profile
+step serve_cost_small_batches 30 python3 cuda/serve_cost.py --device cuda --batch-size 32 --splits 2 --units-per-batch 4
 step env_threads 50 python3 launch/bench.py inference --device cuda --env atari --core delta --num-actors 12 \
   --envs-per-actor 4 --splits 1 2 --wait-ms 0 --reps 1 --modes zero-cost --flags --env.num_threads 1
 step batch_target 40 python3 launch/bench.py inference --device cuda --env atari --core delta --num-actors 12 \

@@ -56,6 +56,8 @@ def main() -> None:
     ap.add_argument("--num-actors", type=int, default=12, help="env workers (never started)")
     ap.add_argument("--envs-per-actor", type=int, default=4)
     ap.add_argument("--splits", type=int, default=1, help="actor.server.worker_splits")
+    ap.add_argument("--batch-size", type=int, default=0,
+                    help="learner.batch_size (0: one worker's envs, so each batch holds one unit; atari.yaml's is 32)")
     ap.add_argument("--units-per-batch", type=int, default=0,
                     help="units served per batch (0: all; fewer: the small batches of staggered workers)")
     ap.add_argument("--rounds", type=int, default=2000, help="timed rounds (each serves every unit once)")
@@ -65,15 +67,15 @@ def main() -> None:
         raise SystemExit("cuda/serve_cost.py: --device cuda needs CUDA; use --device cpu")
     torch.set_num_threads(1)
     flags = ["--num_actors", str(a.num_actors), "--actor.envs_per_actor", str(a.envs_per_actor),
-             "--actor.server.worker_splits", str(a.splits), "--learner.batch_size", str(a.envs_per_actor),
-             "--actor.unroll_length", "20"]
+             "--actor.server.worker_splits", str(a.splits), "--actor.unroll_length", "20",
+             "--learner.batch_size", str(a.batch_size or a.envs_per_actor)]
     cfg = atari.load(flags + ["--game", "Pong"]) if a.env == "atari" else maze.load(flags)
     spec = envs.spec(cfg.env.name, **options(cfg.env))
     obs_dtype = torch.from_numpy(np.zeros(0, spec.observation_dtype)).dtype
     setup = EnvSetup(cfg.env.name, options(cfg.env), list(range(a.num_actors)), spec.observation_shape, obs_dtype)
     device = torch.device(a.device)
     server = InferenceServer(UniformPolicy(spec.action_sizes[0]).to(device), envs=setup, actor=cfg.actor,
-                             batch_size=a.envs_per_actor, device=device)
+                             batch_size=cfg.learner.batch_size, device=device)
     num_envs = a.num_actors * a.envs_per_actor
     with torch.no_grad():
         for _ in range(100):  # warm-up

@@ -12,7 +12,7 @@ the same command again resumes from the run directory's last checkpoint.
 """
 from __future__ import annotations
 
-from agents.run_config import STEM_NETWORKS
+from agents.network import STEM_NETWORKS
 from launch.entry import RLEntry
 
 ENTRY = RLEntry(env="gym", defaults="train.yaml", prog="launch/train.py", doc=__doc__, stems=tuple(STEM_NETWORKS))

@@ -215,6 +215,45 @@ def test_nature_stem_shapes_and_parameters_by_hand():
         make_stem("nature", (4, 84, 84), channels=[16])
 
 
+def test_shallow_stem_shapes_and_parameters_by_hand():
+    """IMPALA's shallow net (Espeholt et al. 2018, Fig. 3): conv 16x8x8/4 (84 -> 20), 32x4x4/2 (20 -> 9),
+    Linear(2592 -> 256), a third of the Nature stem's multiply-adds."""
+    stem = make_stem("shallow", (4, 84, 84))
+    assert stem.flat_size == 32 * 9 * 9 == 2592 and stem.output_size == 256
+    convs = [m for m in stem.convs if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.out_channels, c.kernel_size, c.stride) for c in convs] == [(16, (8, 8), (4, 4)), (32, (4, 4), (2, 2))]
+    by_hand = (4 * 8 * 8 * 16 + 16) + (16 * 4 * 4 * 32 + 32) + (2592 * 256 + 256)
+    assert sum(p.numel() for p in stem.parameters()) == by_hand == 676_144
+    macs = 20 * 20 * 16 * (4 * 8 * 8) + 9 * 9 * 32 * (16 * 4 * 4) + 2592 * 256
+    nature_macs = 20 * 20 * 32 * (4 * 8 * 8) + 9 * 9 * 64 * (32 * 4 * 4) + 7 * 7 * 64 * (64 * 3 * 3) + 3136 * 512
+    assert (macs, nature_macs) == (2_965_504, 9_342_976)
+    frames = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    out = stem(frames)
+    assert out.shape == (3, 256) and (out >= 0).all()
+    torch.testing.assert_close(out, stem(frames.float() / 255.0))
+    assert (make_stem("nature", (4, 84, 84)).min_size(), stem.min_size()) == (36, 20)
+    make_stem("shallow", (4, 20, 20))  # the smallest frame: 20 -> 4 -> 1
+    with pytest.raises(ValueError, match="the shallow stem needs frames of at least 20x20"):
+        make_stem("shallow", (4, 19, 30))
+    shallow = load_config(["--network.stem", "shallow", "--network.bf16", "true"])
+    assert shallow.network.stem_options() == {"output_size": 256, "bf16": True}
+
+
+def test_image_input_is_the_scaled_frames_converted_once():
+    """The stems' input: float32 frames / 255 bit for bit, and in bfloat16 what autocast would cast
+    them to (one rounding), in the NHWC layout; float frames pass unscaled."""
+    from agents.resnet import image_input
+
+    frames = torch.arange(256, dtype=torch.uint8).repeat(4 * 21 * 21 // 256 + 1)[:4 * 21 * 21].view(1, 4, 21, 21)
+    frames = torch.cat([frames, frames.flip(-1)])
+    want = frames.float() / 255.0
+    for dtype in (torch.float32, torch.bfloat16):
+        got = image_input(frames, dtype)
+        assert got.dtype == dtype and got.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(got, want.to(dtype))
+    assert torch.equal(image_input(want, torch.float32), want)
+
+
 def test_nature_stem_in_bfloat16_is_the_float32_stem_to_bfloat16_precision():
     """network.bf16: the same weights give float32 features within bfloat16's rounding (8 bits of
     mantissa), not bit-equal (the products did run in bfloat16), and float32 gradients."""
@@ -321,7 +360,7 @@ def test_stem_is_chosen_by_name_and_saved_configs_read_back():
     old = to_dict(resnet)
     del old["network"]["stem"]  # a checkpoint from before network.stem was selectable
     assert config_from_dict(old, "test") == resnet
-    with pytest.raises(ConfigError, match="unknown stem 'vgg'; choose one of: resnet, nature"):
+    with pytest.raises(ConfigError, match="unknown stem 'vgg'; choose one of: resnet, nature, shallow"):
         load_config(["--network.stem", "vgg"])
     with pytest.raises(ConfigError, match="num_blocks"):
         load_config(["--network.stem", "nature", "--network.num_blocks", "3"])

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import envs
-from agents.acting.inference import WAKE, InferenceServer, split_seed
+from agents.acting.inference import WAKE, InferenceServer, _runs, split_seed
 from agents.acting.transport import ActorConfig, EnvSetup, ServerConfig
 from agents.errors import ActorError
 from agents.learning.learner import train
@@ -159,6 +159,18 @@ def test_server_mode_acts_exactly_as_a_sequential_rollout(core, unroll_length, g
     model = _policy(core)
     server = _server(model, W, e * splits, T, e * groups_per_batch, sample=False, worker_splits=splits)
     _check_acts_as_sequential_rollouts(model, server, W, splits, e, T, groups_per_batch)
+
+
+def test_rows_merge_into_runs_of_consecutive_units_and_groups_by_hand():
+    """(unit, batch, step, group) rows become one copy per run of consecutive units writing one
+    step of one batch into consecutive groups, whatever order they come in."""
+    rows = [(3, 1, 0, 0), (0, 0, 5, 6), (1, 0, 5, 7), (2, 1, 5, 3), (4, 1, 0, 1), (5, 1, 0, 3), (6, 0, 5, 8)]
+    assert sorted(_runs(rows)) == sorted([(0, 0, 5, 6, 2), (6, 0, 5, 8, 1),  # unit 6 is not unit 2's neighbour
+                                          (3, 1, 0, 0, 2), (5, 1, 0, 3, 1),  # group 2 skipped: a new run
+                                          (2, 1, 5, 3, 1)])                  # another step of batch 1
+    assert _runs([]) == []
+    covered = sorted((u + i, b, t, g + i) for u, b, t, g, n in _runs(rows) for i in range(n))
+    assert covered == sorted(rows)
 
 
 def test_a_clocked_core_acts_in_server_mode_as_a_sequential_rollout():

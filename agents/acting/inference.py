@@ -313,6 +313,7 @@ class InferenceServer(Transport):
         cut = self.slots["truncated"].any(1).tolist()
         if any(cut[u] for u in units):
             self._final_values([u for u in units if cut[u]])
+        units = sorted(units)  # so that consecutive units take consecutive free groups
         rows: list[tuple[int, int, int, int]] = []  # (unit, batch, step, group) of each step to write
         starts: list[tuple[int, int, int]] = []  # (unit, batch, group) of each unroll that starts here
         finished: list[int] = []  # batch of each group that is now complete
@@ -335,22 +336,23 @@ class InferenceServer(Transport):
                 self.step_in_unroll[u] = 1
             acting.append(u)
 
-        # Each step goes from its unit's slot straight into its batch's group (host memory; slices,
-        # no index tensors); the state before an unroll, from the device's table on the device.
-        for u, b, t, g in rows:
-            batch, cols, envs_of_u = self.batches[b], slice(g * E, (g + 1) * E), slice(u * E, (u + 1) * E)
+        # Each step goes from its units' slots straight into its batch's groups (host memory; slices,
+        # no index tensors), one copy per key for each run of consecutive units in consecutive
+        # groups (the usual case: the FIFO hands out groups in order); the state before an
+        # unroll, from the device's table on the device.
+        for u, b, t, g, n in _runs(rows):
+            batch, cols, envs_of_u = self.batches[b], slice(g * E, (g + n) * E), slice(u * E, (u + n) * E)
             for key in STEP_KEYS:
-                batch[key][t, cols] = self.slots[key][u]
+                batch[key][t, cols] = self.slots[key][u] if n == 1 else self.slots[key][u:u + n].flatten(0, 1)
             batch["action"][t, cols] = self.prev_action[envs_of_u]
             batch["logits"][t, cols] = self.prev_logits[envs_of_u]
-        for u, b, g in starts:
-            batch, cols, envs_of_u = self.batches[b], slice(g * E, (g + 1) * E), slice(u * E, (u + 1) * E)
+        for u, b, _, g, n in _runs([(u, b, 0, g) for u, b, g in starts]):
+            batch, cols, envs_of_u = self.batches[b], slice(g * E, (g + n) * E), slice(u * E, (u + n) * E)
             for i, table in enumerate(self.state_table):
                 batch[f"state_{i}"][cols] = table[envs_of_u]
             batch["env_slot"][cols] = self.env_rows[envs_of_u]
 
-        if acting:
-            acting.sort()  # consecutive units (the usual case when all are served) read their rows as one slice
+        if acting:  # sorted, as units: consecutive ones (the usual case) read their rows as one slice
             units, envs_ = self._rows(acting, 1), self._rows(acting, E)
             table_rows = envs_ if isinstance(envs_, slice) else envs_.to(self.device, non_blocking=True)
             inputs = {key: self.slots[key][units].flatten(0, 1).to(self.device, non_blocking=True)
@@ -420,3 +422,16 @@ class InferenceServer(Transport):
         if units[-1] - units[0] == len(units) - 1:
             return slice(units[0] * per_unit, (units[-1] + 1) * per_unit)
         return self.env_rows.view(-1, per_unit)[units].flatten() if per_unit > 1 else torch.tensor(units)
+
+
+def _runs(rows: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int, int]]:
+    """``rows`` (unit, batch, step, group) merged into runs (unit, batch, step, group, n): ``n``
+    consecutive units that write the same step of one batch into ``n`` consecutive groups."""
+    runs: list[list[int]] = []
+    for u, b, t, g in sorted(rows, key=lambda row: (row[1], row[2], row[3])):
+        last = runs[-1] if runs else None
+        if last and (last[1], last[2]) == (b, t) and (last[0] + last[4], last[3] + last[4]) == (u, g):
+            last[4] += 1
+        else:
+            runs.append([u, b, t, g, 1])
+    return [tuple(run) for run in runs]
