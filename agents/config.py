@@ -43,24 +43,14 @@ C = TypeVar("C")
 set_parsing_settings(docstring_parse_attribute_docstrings=True)
 
 
-@dataclasses.dataclass
-class Selector:
-    """A section whose type depends on a name: ``--core delta`` picks the dataclass of ``core``."""
-
-    key: str
-    """The dotted key holding the name (``core.name``)."""
-    choices: tuple[str, ...]
-    """The valid names."""
-    kind: str
-    """What the name names, for messages ("core")."""
-
-
 def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], defaults_path: str,
-          selectors: tuple[Selector, ...] = (), short_flags: dict[str, str] | None = None,
+          selectors: dict[str, tuple[str, ...]] | None = None, short_flags: dict[str, str] | None = None,
           prog: str | None = None, description: str | None = None, presets: dict[str, str] | None = None) -> C:
     """The config of ``make_schema(names)`` from ``defaults_path``, ``--config FILE`` and ``argv``.
 
-    ``names`` maps each selector's section (``"core"``) to the chosen name. ``presets`` names
+    ``selectors`` maps each dotted key whose value decides its section's type (``"core.name"``)
+    to the valid values; ``names`` maps each such section (``"core"``) to the chosen one. Messages
+    call the value by its section for a ``name`` (a core) and by its key otherwise (a stem). ``presets`` names
     more presets to apply before the selectors' (``{"env": "CountRecallEasy"}`` applies
     ``presets.env.CountRecallEasy``, whose own ``presets.core`` then apply for the chosen core).
     ``short_flags`` maps short flags to dotted keys (``{"--total_steps": "run.total_steps"}``). The
@@ -73,14 +63,15 @@ def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], def
     defaults = load_yaml(defaults_path)
     user_path = flag_value(argv, "config")
     user = load_yaml(user_path) if user_path is not None else {}
-    names, fields = {}, {}
-    for sel in selectors:
-        section, _, fields[section] = sel.key.rpartition(".")
-        name = flag_value(argv, sel.key)
+    names, fields, selectors = {}, {}, selectors or {}
+    for key, choices in selectors.items():
+        section, _, fields[section] = key.rpartition(".")
+        name = flag_value(argv, key)
         if name is None:
             name = (deep_merge(defaults, user).get(section) or {}).get(fields[section])
-        if name not in sel.choices:
-            raise ConfigError(f"--{sel.key}: unknown {sel.kind} {name!r}; choose one of: {', '.join(sel.choices)}")
+        if name not in choices:
+            kind = section if fields[section] == "name" else fields[section]
+            raise ConfigError(f"--{key}: unknown {kind} {name!r}; choose one of: {', '.join(choices)}")
         names[section] = name
     schema = make_schema(names)
     renamed = getattr(schema, "renamed", {})
@@ -98,7 +89,7 @@ def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], def
         parser.set_defaults(dict(parser.parse_object(raw, defaults=True).items()))
         parser.print_help()
         raise SystemExit(0)
-    flags = read_flags(schema, argv, skip=("config", *(sel.key for sel in selectors)))  # those read above
+    flags = read_flags(schema, argv, skip=("config", *selectors))  # those read above
     config = from_dict(schema, deep_merge(raw, flags), "the config")
     if "--print_config" in argv:
         print(to_yaml(config), end="")
@@ -256,15 +247,17 @@ def apply_presets(raw: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
     return raw
 
 
-def named_section(base: type, name: str, choices: tuple[str, ...], kind: str, selectable: bool = True) -> type:
-    """``base`` (an options dataclass) with a first field ``name: Literal[name]``, so that the
-    name and its options form one section (``core: {name: delta, hidden_size: 64}``)."""
+def named_section(base: type, name: str, choices: tuple[str, ...], kind: str, *, key: str = "name",
+                  flag: str | None = None) -> type:
+    """``base`` (an options dataclass) with a first field ``key: Literal[name]``, so that the name
+    and its options form one section (``core: {name: delta, hidden_size: 64}``); ``flag`` is the
+    flag that chooses it, for ``--help`` (None: the entry point fixes it)."""
     section = dataclasses.make_dataclass(
-        f"{name.title().replace('_', '')}{kind.title()}", [("name", Literal[name], dataclasses.field(default=name))],
+        f"{name.title().replace('_', '')}{kind.title()}", [(key, Literal[name], dataclasses.field(default=name))],
         bases=(base,))
     first = (base.__doc__ or "").strip().split("\n")[0]
-    how = f" (--{kind} NAME --help lists that {kind}'s options)" if selectable else " (fixed by the entry point)"
-    section.__doc__ = (f"{kind.title()} {name!r}: {first}\n\nAttributes:\n    name: The {kind}, one of: "
+    how = f" ({flag} NAME --help lists that {kind}'s options)" if flag else " (fixed by the entry point)"
+    section.__doc__ = (f"{kind.title()} {name!r}: {first}\n\nAttributes:\n    {key}: The {kind}, one of: "
                        f"{', '.join(choices)}{how}.")
     section.__module__ = base.__module__
     return section
@@ -275,7 +268,7 @@ def core_section(name: str) -> type:
     """The ``core`` section for core ``name``: its ``Config``, plus ``name``."""
     from fastnet.registry import CORES, core_class
 
-    return named_section(core_class(name).Config, name, tuple(CORES), "core")
+    return named_section(core_class(name).Config, name, tuple(CORES), "core", flag="--core")
 
 
 @functools.cache
@@ -283,7 +276,7 @@ def env_section(name: str) -> type:
     """The ``env`` section for env ``name``: its class's ``Config``, plus ``name``."""
     import envs
 
-    return named_section(envs.env_class(name).Config, name, tuple(envs.ENVS), "env", selectable=False)
+    return named_section(envs.env_class(name).Config, name, tuple(envs.ENVS), "env")
 
 
 @functools.cache
@@ -291,7 +284,7 @@ def task_section(name: str) -> type:
     """The ``task`` section for task ``name``: its class's ``Config``, plus ``name``."""
     from envs.tasks import TASKS
 
-    return named_section(TASKS[name][0].Config, name, tuple(TASKS), "task")
+    return named_section(TASKS[name][0].Config, name, tuple(TASKS), "task", flag="--task")
 
 
 RESUMABLE = {"resumable": True}

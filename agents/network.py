@@ -104,21 +104,21 @@ class MLPNetworkConfig(NetworkConfig, MLPStem.Config):
 
 @dataclass
 class ResNetNetworkConfig(NetworkConfig, ResNetStem.Config):
-    """The network: the IMPALA ResNet stem on image observations, and the core's other inputs."""
+    """The network: the IMPALA ResNet stem on images, and the core's other inputs."""
 
     stem: ClassVar[str] = "resnet"
 
 
 @dataclass
 class NatureNetworkConfig(NetworkConfig, NatureStem.Config):
-    """The network: the Nature-DQN conv stem on image observations, and the core's other inputs."""
+    """The network: the Nature-DQN conv stem on images, and the core's other inputs."""
 
     stem: ClassVar[str] = "nature"
 
 
 @dataclass
 class ShallowNetworkConfig(NetworkConfig, ShallowStem.Config):
-    """The network: IMPALA's shallow conv stem on image observations, and the core's other inputs."""
+    """The network: IMPALA's shallow conv stem on images, and the core's other inputs."""
 
     stem: ClassVar[str] = "shallow"
 

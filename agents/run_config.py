@@ -12,12 +12,12 @@ import dataclasses
 import functools
 import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
 
 from agents.acting.transport import SERVER_KEYS_RENAMED, ActorConfig, RayConfig
-from agents.config import RESUMABLE, check, core_section, env_section, from_dict, options
+from agents.config import RESUMABLE, check, core_section, env_section, from_dict, named_section, options
 from agents.learning.losses import LossConfig
 from agents.learning.training import LogConfig, OptimConfig, RunConfig
 from agents.network import STEM_NETWORKS, AgentNet, MLPNetworkConfig, NetworkConfig
@@ -107,13 +107,7 @@ DEFAULT_STEMS: dict[str, str] = {"atari": "resnet"}
 @functools.cache
 def network_section(stem: str) -> type:
     """The ``network`` section of stem ``stem``: its config, plus the field ``stem`` that chose it."""
-    base = STEM_NETWORKS[stem]
-    section = dataclasses.make_dataclass(base.__name__, [("stem", Literal[stem], field(default=stem))],
-                                         bases=(base,))
-    section.__doc__ = (f"{base.__doc__}\n\nAttributes:\n    stem: The stem, {stem} here (--network.stem NAME "
-                       f"--help lists another's options).")
-    section.__module__ = base.__module__
-    return section
+    return named_section(STEM_NETWORKS[stem], stem, tuple(STEM_NETWORKS), "stem", key="stem", flag="--network.stem")
 
 
 def rl_schema(env: str, core: str, stem: str | None = None) -> type:

@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.config import Selector, parse
+from agents.config import parse
 from agents.errors import exit_on_error
 from agents.learning.learner import train
 from agents.run_config import TrainConfig, rl_schema
@@ -16,7 +16,7 @@ from fastnet import CORES
 CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 SHORT_FLAGS = {"--core": "core.name", "--total_steps": "run.total_steps", "--num_actors": "actor.num_actors",
                "--run_dir": "run.run_dir", "--device": "run.device", "--seed": "run.seed"}
-CORE = Selector("core.name", tuple(CORES), "core")
+CORE = {"core.name": tuple(CORES)}  # the selector of every RL entry point
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class RLEntry:
 
     def load(self, argv: list[str]) -> TrainConfig:
         """The resolved config of ``argv`` (ConfigError for bad input)."""
-        selectors = (CORE, Selector("network.stem", self.stems, "stem")) if self.stems else (CORE,)
+        selectors = {**CORE, **({"network.stem": self.stems} if self.stems else {})}
         return parse(lambda names: rl_schema(self.env, names["core"], names.get("network")), argv,
                      os.path.join(CONFIGS, self.defaults), selectors, {**SHORT_FLAGS, **self.short_flags},
                      prog=self.prog, description=self.doc.split("\n")[0])

@@ -66,7 +66,7 @@ def load(argv: list[str], env: str | None = None) -> Any:
     """The resolved config of ``argv``, with the presets of the suite env named ``env`` if given
     (``presets.env.<name>`` of memory.yaml: its unroll, batch, discount); ConfigError for bad input."""
     return parse(lambda names: memory_schema(names["core"]), argv, DEFAULTS,
-                 (CORE,), SHORT_FLAGS, prog="launch/memory.py",
+                 CORE, SHORT_FLAGS, prog="launch/memory.py",
                  description=__doc__.split("\n")[0], presets={"env": env} if env else None)
 
 

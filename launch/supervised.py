@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from agents.config import Selector, parse
+from agents.config import parse
 from agents.errors import exit_on_error
 from agents.learning.supervised import Config, supervised_schema, train
 from envs.tasks import TASKS
@@ -27,7 +27,7 @@ SHORT_FLAGS = {"--task": "task.name", "--core": "core.name", "--run_dir": "run.r
 def load(argv: list[str]) -> Config:
     """The resolved config of ``argv`` (ConfigError for bad input)."""
     return parse(lambda names: supervised_schema(names["task"], names["core"]), argv, DEFAULTS,
-                 (Selector("task.name", tuple(TASKS), "task"), Selector("core.name", tuple(CORES), "core")),
+                 {"task.name": tuple(TASKS), "core.name": tuple(CORES)},
                  SHORT_FLAGS, prog="launch/supervised.py", description=__doc__.split("\n")[0])
 
 
