@@ -51,12 +51,10 @@ class NatureStem(nn.Module):
         if len(observation_shape) != 3:
             raise ValueError(f"the {self.NAME} stem needs observations [C, H, W], got shape {observation_shape}")
         in_channels, height, width = observation_shape
+        if min(height, width) < (side := self.min_size()):
+            raise ValueError(f"the {self.NAME} stem needs frames of at least {side}x{side}, got {(height, width)}")
         layers: list[nn.Module] = []
         for out_channels, kernel, stride in self.LAYERS:
-            if min(height, width) < kernel:
-                side = self.min_size()
-                raise ValueError(f"the {self.NAME} stem needs frames of at least {side}x{side}, "
-                                 f"got {observation_shape[1:]}")
             layers += [nn.Conv2d(in_channels, out_channels, kernel, stride=stride), nn.ReLU()]
             in_channels = out_channels
             height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
