@@ -1,23 +1,11 @@
-"""Typed configuration: YAML defaults, ``--config FILE``, command-line flags; parsed by jsonargparse.
+"""Typed configuration: YAML defaults, presets, ``--config FILE`` and dotted flags, read into one
+tree of dataclasses per entry point (``agents.run_config.TrainConfig``,
+``agents.learning.supervised.Config``). docs/config.md gives the order of precedence, the
+selectors and the presets.
 
-Each entry point has one tree of dataclasses (``agents.learning.learner.TrainConfig``,
-``agents.learning.supervised.Config``); each field carries a one-line docstring, which ``--help`` shows
-with its type, default and choices. Values are resolved, lowest precedence first, from
-
-1. the dataclass defaults;
-2. the entry point's YAML file (``launch/configs/*.yaml``), then its ``presets`` for the chosen
-   selectors (e.g. ``presets: {core: {delta: {...}}}`` when ``--core delta``; a task's preset may
-   hold presets of its own for each core);
-3. ``--config FILE``: another YAML file of the same shape, merged over them;
-4. the flags, written with dots: ``--optim.lr 1e-3``, ``--core.hidden_size 64``. Short forms
-   such as ``--core delta`` (= ``--core.name delta``) or ``--total_steps N`` are listed per
-   entry point.
-
-A selector (the core, the task) decides the *type* of its section: ``--core delta`` makes the
-``core`` section delta's own dataclass, so a key that delta lacks is an error listing the valid
-ones, and ``--core delta --help`` shows exactly delta's options. Every error is a
-:class:`ConfigError`: one line naming the key and what is allowed; the entry points print it and
-exit with code 2 before anything is written.
+Every key and value is checked here against its field's type, so that every error is one
+:class:`ConfigError` line naming the key and what it allows, whatever the parser's wording;
+jsonargparse prints ``--help`` from the fields' types, defaults and one-line docstrings.
 """
 from __future__ import annotations
 
@@ -29,7 +17,6 @@ import functools
 import os
 import types
 import typing
-from argparse import ArgumentError
 from typing import Any, Callable, Literal, Optional, TypeVar
 
 import yaml
@@ -49,10 +36,8 @@ def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], def
     """The config of ``make_schema(names)`` from ``defaults_path``, ``--config FILE`` and ``argv``.
 
     ``selectors`` maps each dotted key whose value decides its section's type (``"core.name"``)
-    to the valid values; ``names`` maps each such section (``"core"``) to the chosen one. Messages
-    call the value by its section for a ``name`` (a core) and by its key otherwise (a stem). ``presets`` names
-    more presets to apply before the selectors' (``{"env": "CountRecallEasy"}`` applies
-    ``presets.env.CountRecallEasy``, whose own ``presets.core`` then apply for the chosen core).
+    to the valid values; ``names`` maps each such section (``"core"``) to the chosen one. ``presets``
+    names more presets to apply before the selectors' (``{"env": "CountRecallEasy"}``).
     ``short_flags`` maps short flags to dotted keys (``{"--total_steps": "run.total_steps"}``). The
     schema's ``renamed`` (a class attribute, if it has one) maps keys of older versions to their
     names now, in flags and files. ``--help`` and ``--print_config`` print and raise
@@ -69,7 +54,7 @@ def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], def
         name = flag_value(argv, key)
         if name is None:
             name = (deep_merge(defaults, user).get(section) or {}).get(fields[section])
-        if name not in choices:
+        if name not in choices:  # a core by its section's name, a stem by its key's
             kind = section if fields[section] == "name" else fields[section]
             raise ConfigError(f"--{key}: unknown {kind} {name!r}; choose one of: {', '.join(choices)}")
         names[section] = name
@@ -80,14 +65,9 @@ def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], def
     raw = deep_merge(apply_presets(rename_keys(defaults, renamed), chosen),
                      apply_presets(rename_keys(user, renamed), chosen))
     raw = deep_merge(raw, {section: {fields[section]: name} for section, name in names.items()})
-    try:
-        check_values(schema, raw)
-    except ConfigError as e:
-        raise ConfigError(f"{user_path or defaults_path}: {e}") from None
+    config = from_dict(schema, raw, user_path or defaults_path)
     if "--help" in argv or "-h" in argv:  # with the defaults the files resolve to
-        parser = make_parser(schema, prog, description, short_flags)
-        parser.set_defaults(dict(parser.parse_object(raw, defaults=True).items()))
-        parser.print_help()
+        print_help(schema, config, prog=prog, description=description, short_flags=short_flags)
         raise SystemExit(0)
     flags = read_flags(schema, argv, skip=("config", *selectors))  # those read above
     config = from_dict(schema, deep_merge(raw, flags), "the config")
@@ -126,31 +106,98 @@ def read_flags(schema: type, argv: list[str], *, skip: tuple[str, ...]) -> dict[
                 value = yaml.safe_load(text)
             except yaml.YAMLError:
                 value = text
-        check_value(schema, flag[2:], value, "--")
+        typed_value(schema, flag[2:], value, "--")
         *path, last = flag[2:].split(".")
         functools.reduce(lambda d, k: d.setdefault(k, {}), path, flags)[last] = value
     return flags
 
 
 def from_dict(schema: type[C], data: dict[str, Any], source: str) -> C:
-    """``schema`` built from nested mappings (a saved config: a checkpoint's, or config.yaml's),
-    checked as a YAML file is, its keys of old names (``schema.renamed``) read as today's;
-    ``source`` names it in errors."""
+    """``schema`` built from nested mappings (a YAML file's, a checkpoint's saved config), each key
+    and value checked (:func:`typed_value`), keys of old names (``schema.renamed``) read as
+    today's and absent ones at their defaults; ``source`` names the mappings in errors."""
     data = rename_keys(data, getattr(schema, "renamed", {}))
-    parser = ArgumentParser(exit_on_error=False)
-    parser.add_class_arguments(schema, nested_key=None, fail_untyped=True)
     try:
-        check_values(schema, data)
-        sections = parser.instantiate(parser.parse_object(data))
-    except (ArgumentError, ConfigError, KeyError, TypeError, ValueError) as e:
-        raise ConfigError(f"{source}: {one_line(e)}") from None
-    return schema(**{f.name: sections[f.name] for f in dataclasses.fields(schema)})
+        return schema(**{str(k): typed_value(schema, str(k), v) for k, v in data.items()})
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
 
 
-def make_parser(schema: type, prog: str | None, description: str | None,
-                short_flags: dict[str, str]) -> ArgumentParser:
-    """The parser whose ``--help`` lists ``schema``'s options (a dataclass's), with ``--config``,
-    ``--print_config`` and ``--debug``."""
+def typed_value(schema: type, key: str, value: Any, dash: str = "") -> Any:
+    """``value`` (as YAML reads it) as the type of ``schema``'s dotted ``key``: a section built
+    from a mapping of its keys, a tuple from a list, a float from an integer or from YAML's string
+    "1e-3". ConfigError if ``schema`` lacks the key or its type refuses the value; ``dash`` is "--"
+    for a flag's, which messages write ``--key``."""
+    if problem := _unknown(schema, key, dash + key):
+        raise ConfigError(problem)
+    tp = _type_at(schema, key)
+    if not dataclasses.is_dataclass(tp):
+        try:
+            return _typed(tp, value)
+        except ValueError as e:
+            raise ConfigError(f"{dash}{key}: {e}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{dash}{key}: expected a mapping of the section's keys, got {value!r}")
+    return tp(**{str(k): typed_value(schema, f"{key}.{k}", v, dash) for k, v in value.items()})
+
+
+# What a restricted number type (jsonargparse.typing's, or restricted_number_type's) accepts, by name
+_NUMBERS = {"PositiveInt": ("an integer > 0", "must be > 0"), "NonNegativeInt": ("an integer >= 0", "must be >= 0"),
+            "PositiveFloat": ("a number > 0", "must be > 0"), "NonNegativeFloat": ("a number >= 0", "must be >= 0"),
+            "ClosedUnitInterval": ("a number in [0, 1]", "must be in [0, 1]"),
+            "OpenUnitInterval": ("a number in (0, 1)", "must be in (0, 1)"),
+            "UnitIntervalHalfOpen": ("a number in [0, 1)", "must be in [0, 1)"), "int": ("an integer", ""),
+            "float": ("a number", "")}
+
+
+def _typed(tp: Any, value: Any) -> Any:
+    """``value`` as a ``tp`` (a field's type: a literal, an optional, a boolean, a string, a
+    restricted number, or a list, tuple or mapping of them); ValueError saying why it cannot be."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (list, tuple, dict) and not isinstance(value, dict if origin is dict else list):
+        raise ValueError(f"expected {'a mapping' if origin is dict else 'a list'}, got {value!r}")
+    if origin in (list, tuple):
+        items = args[:1] * len(value) if origin is list or args[-1] is Ellipsis else args
+        if len(items) != len(value):
+            raise ValueError(f"expected a list of {len(items)} items, got {value!r}")
+        return origin(_typed(item, v) for item, v in zip(items, value))
+    if origin is dict:
+        return {_typed(args[0], k): _typed(args[1], v) for k, v in value.items()}
+    if origin is Literal and value not in args:
+        raise ValueError(f"expected one of {', '.join(map(repr, args))}; got {value!r}")
+    if origin in (typing.Union, types.UnionType):  # the first type that takes it, as the parser tries them
+        if value is None and type(None) in args:
+            return None
+        problems = []
+        for option in (a for a in args if a is not type(None)):
+            try:
+                return _typed(option, value)
+            except ValueError as e:
+                problems.append(str(e))
+        raise ValueError(" or ".join(problems))
+    if tp is bool and not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    if tp is str and not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    if isinstance(tp, type) and issubclass(tp, (int, float)) and tp is not bool:
+        kind, bound = _NUMBERS.get(tp.__name__, (tp.__name__, "out of range"))
+        if isinstance(value, str) and not issubclass(tp, int):
+            with contextlib.suppress(ValueError):
+                value = float(value)  # YAML reads 1e-3 as a string
+        if isinstance(value, bool) or not isinstance(value, int if issubclass(tp, int) else (int, float)):
+            raise ValueError(f"expected {kind}, got {value!r}")
+        try:
+            tp(value)
+        except ValueError:
+            raise ValueError(f"{bound}, got {value}") from None
+        return float(value) if issubclass(tp, float) else value
+    return value
+
+
+def print_help(schema: type, config: Any, *, prog: str | None, description: str | None,
+               short_flags: dict[str, str]) -> None:
+    """Print ``schema``'s options (a dataclass's) with ``config``'s values as their defaults, and
+    ``--config``, ``--print_config`` and ``--debug``."""
     epilog = None
     if short_flags:
         epilog = "short forms: " + ", ".join(f"{k} = --{v}" for k, v in short_flags.items())
@@ -164,6 +211,7 @@ def make_parser(schema: type, prog: str | None, description: str | None,
     parser.add_argument("--debug", action="store_true",
                         help="Show the full traceback of an error (or set DELTABEAST_DEBUG=1).")
     parser.add_class_arguments(schema, nested_key=None, fail_untyped=True)
+    parser.set_defaults(dict(parser.parse_object(to_dict(config), defaults=True).items()))
     sections = {f"--{name}" for name in parser.groups}  # the sections, nested ones (actor.server) too
     for action in parser._actions:  # jsonargparse's "--core CONFIG  Path to a configuration file."
         (flag,) = action.option_strings[-1:] or (None,)
@@ -173,7 +221,7 @@ def make_parser(schema: type, prog: str | None, description: str | None,
             action.metavar, action.help = "FILE", f"A YAML file of the {flag[2:]} section's options."
         elif isinstance(action.metavar, str) and len(action.metavar) > 60:  # a Literal's "{a,b,...}", unwrapped
             action.metavar = flag.rpartition(".")[2].upper()  # the choices stay in the wrapped "(type: ...)"
-    return parser
+    parser.print_help()
 
 
 def _expand(argv: list[str], aliases: dict[str, str]) -> list[str]:
@@ -315,8 +363,8 @@ def to_dict(config: Any) -> dict[str, Any]:
 
 
 def plain(value: Any) -> Any:
-    """Built-in types only, as a config is saved (tuples become lists; jsonargparse's restricted
-    numbers are float/int subclasses)."""
+    """Built-in types only, as a config is saved (tuples become lists; a subclass of float or int,
+    such as numpy's float64 or an older checkpoint's restricted number, its base)."""
     if isinstance(value, dict):  # a named section's name first: core: {name: delta, ...}
         return {k: plain(value[k]) for k in sorted(value, key=lambda k: k != "name")}
     if isinstance(value, (list, tuple)):
@@ -342,50 +390,15 @@ def check(condition: bool, key: str, message: str) -> None:
         raise ConfigError(f"{key}: {message}")
 
 
-# ---------------------------------------------------------------- one-line errors
-
-# What a restricted number type (jsonargparse.typing's, or restricted_number_type's) accepts, by name
-_NUMBERS = {"PositiveInt": ("an integer > 0", "must be > 0"), "NonNegativeInt": ("an integer >= 0", "must be >= 0"),
-            "PositiveFloat": ("a number > 0", "must be > 0"), "NonNegativeFloat": ("a number >= 0", "must be >= 0"),
-            "ClosedUnitInterval": ("a number in [0, 1]", "must be in [0, 1]"),
-            "OpenUnitInterval": ("a number in (0, 1)", "must be in (0, 1)"),
-            "UnitIntervalHalfOpen": ("a number in [0, 1)", "must be in [0, 1)"), "int": ("an integer", ""),
-            "float": ("a number", "")}
-
-
-def _value_problem(tp: Any, value: Any) -> str | None:
-    """Why ``value`` (as YAML reads it) cannot be a ``tp``, or None: literals, optionals, booleans,
-    (restricted) numbers and lists of them are checked here; other types are left to the parser."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (list, tuple, dict) and not isinstance(value, list if origin is not dict else dict):
-        return f"expected {'a mapping' if origin is dict else 'a list'}, got {value!r}"
-    if origin is list:  # each item
-        return next((problem for item in value if (problem := _value_problem(args[0], item))), None)
-    if origin is Literal:
-        return None if value in args else f"expected one of {', '.join(map(repr, args))}; got {value!r}"
-    if origin in (typing.Union, types.UnionType):
-        rest = [a for a in args if a is not type(None)]
-        return None if value is None or len(rest) > 1 else _value_problem(rest[0], value)
-    if tp is bool:
-        return None if isinstance(value, bool) else f"expected true or false, got {value!r}"
-    if isinstance(tp, type) and issubclass(tp, (int, float)):
-        kind, bound = _NUMBERS.get(tp.__name__, (tp.__name__, "out of range"))
-        if isinstance(value, str) and not issubclass(tp, int):
-            with contextlib.suppress(ValueError):
-                value = float(value)  # YAML reads 1e-3 as a string
-        if isinstance(value, bool) or not isinstance(value, int if issubclass(tp, int) else (int, float)):
-            return f"expected {kind}, got {value!r}"
-        try:
-            tp(value)
-        except ValueError:
-            return f"{bound}, got {value}"
-    return None
-
-
 def _fields(schema: type) -> dict[str, Any]:
     """A config dataclass's field names and types."""
     hints = typing.get_type_hints(schema)
     return {f.name: hints[f.name] for f in dataclasses.fields(schema)}
+
+
+def _type_at(schema: type, key: str) -> Any:
+    """The type of the (known) dotted ``key`` of ``schema``."""
+    return functools.reduce(lambda tp, part: _fields(tp)[part], key.split("."), schema)
 
 
 def _unknown(schema: type, key: str, label: str) -> str | None:
@@ -414,35 +427,3 @@ def _unknown(schema: type, key: str, label: str) -> str | None:
 def _leaf_keys(schema: type, prefix: str = "") -> list[str]:
     return [k for name, tp in _fields(schema).items()
             for k in (_leaf_keys(tp, f"{prefix}{name}.") if dataclasses.is_dataclass(tp) else [prefix + name])]
-
-
-def check_values(schema: type, raw: dict[str, Any]) -> None:
-    """ConfigError for the first key of the nested mapping ``raw`` (a YAML file's) that ``schema``
-    lacks, or whose value its type refuses (:func:`_value_problem`)."""
-    for key, value in raw.items():
-        check_value(schema, str(key), value)
-
-
-def check_value(schema: type, key: str, value: Any, dash: str = "") -> None:
-    """ConfigError if ``schema`` lacks the dotted ``key`` or its type refuses ``value`` (a section:
-    a mapping of its keys); ``dash`` is "--" for a flag's, which messages write ``--key``."""
-    if problem := _unknown(schema, key, dash + key):
-        raise ConfigError(problem)
-    tp = _type_at(schema, key)
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{dash}{key}: expected a mapping of the section's keys, got {value!r}")
-        for k, v in value.items():
-            check_value(schema, f"{key}.{k}", v, dash)
-    elif problem := _value_problem(tp, value):
-        raise ConfigError(f"{dash}{key}: {problem}")
-
-
-def _type_at(schema: type, key: str) -> Any:
-    """The type of the (known) dotted ``key`` of ``schema``."""
-    return functools.reduce(lambda tp, part: _fields(tp)[part], key.split("."), schema)
-
-
-def one_line(error: BaseException) -> str:
-    """The parser's message as one line (what :func:`check_value` leaves to it)."""
-    return " ".join(str(error).split())

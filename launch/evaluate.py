@@ -370,7 +370,7 @@ def load(argv: list[str]) -> Any:
     """The parsed command line (ConfigError for bad input)."""
     from argparse import ArgumentError
 
-    from agents.config import flag_value, one_line
+    from agents.config import flag_value
 
     parser = make_parser()
     known = {s for action in parser._actions for s in action.option_strings}
@@ -387,7 +387,7 @@ def load(argv: list[str]) -> Any:
     try:
         args = parser.parse_args(argv)
     except ArgumentError as e:
-        raise ConfigError(one_line(e)) from None
+        raise ConfigError(" ".join(str(e).split())) from None  # the parser's message, on one line
     if not args.targets:
         raise ConfigError("missing RUN_OR_CHECKPOINT: give checkpoint files or run directories")
     for name in ("runs", "episodes", "envs_per_run", "workers", "max_episode_frames", "steps"):

@@ -170,6 +170,50 @@ def test_the_one_line_errors_do_not_read_the_parsers_messages(argv, message, mon
     assert message in str(error.value)
 
 
+@pytest.mark.parametrize("argv,message", [
+    (["--loss.aux_loss_weights", "{meta: x}"], "--loss.aux_loss_weights: expected a number, got 'x'"),
+    (["--checkpoint.milestones", "[1, 2.5]"], "--checkpoint.milestones: expected an integer, got 2.5"),
+    (["--env.wrappers", "[1]"], "--env.wrappers: expected a string, got 1"),
+    (["--env.wrappers", "x"], "--env.wrappers: expected a list, got 'x'"),
+])
+def test_every_field_type_is_checked_and_built_without_the_parser(argv, message, monkeypatch):
+    """Mappings, lists and tuples are checked item by item, and every config is built from its
+    checked values: with a parser that cannot even be made, the configs (and their errors) come
+    out the same, and a saved config reads back equal."""
+    import jsonargparse
+
+    from agents.config import to_dict
+    from agents.errors import ConfigError
+    from agents.run_config import config_from_dict
+    from launch import train
+
+    argv_ok = ["--loss.aux_loss_weights", "{meta: 1}", "--env.wrappers", "[a.b:C]", "--optim.lr", "1e-3"]
+    expected = train.load(argv_ok)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the parser was used")
+
+    monkeypatch.setattr(jsonargparse.ArgumentParser, "__init__", refused)
+    cfg = train.load(argv_ok)
+    assert cfg == expected and config_from_dict(to_dict(cfg), "test") == cfg
+    assert cfg.env.wrappers == ("a.b:C",) and cfg.loss.aux_loss_weights == {"meta": 1.0}
+    assert type(cfg.optim.lr) is float and cfg.optim.lr == 1e-3  # YAML reads "1e-3" as a string
+    with pytest.raises(ConfigError) as error:
+        train.load(argv)
+    assert message in str(error.value)
+
+
+def test_a_saved_config_of_the_wrong_shape_is_one_line(tmp_path):
+    """A tuple of fixed length, a string: what the parser used to check, now named by key."""
+    from agents.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"task.split_fractions: expected a list of 3 items, got \[0.5, 0.5\]"):
+        supervised.load(["--task", "lm", "--task.split_fractions", "[0.5, 0.5]"])
+    path = write(tmp_path, "run: {run_dir: 2024}\n")
+    with pytest.raises(ConfigError, match=f"{path}: run.run_dir: expected a string, got 2024"):
+        maze.load(["--config", path])
+
+
 def _bad_inputs(tmp):
     """(entry point, argv, text the one-line error must contain)."""
     bad_yaml = write(tmp, "optim: {lr: [1, 2\n", "bad.yaml")
