@@ -13,14 +13,14 @@
 #    then per 48 games served in batches of 4 units of 2 games (2 splits, staggered workers).
 #    Both with atari.yaml's batch of 32 games (8 units per batch), whose rows the serve function
 #    writes as runs of consecutive units since 2026-11-27 (earlier sessions: one unit per batch).
-# 3. env_threads: the zero-cost server again with one ALE thread per env worker (each worker's
-#    AtariVectorEnv otherwise takes min(envs, cpus) threads: 48 threads on 16 cpus at 12 x 4),
-#    to test whether oversubscribed workers are what hold the zero-cost server at ~0.45 of raw.
-# 4. batch_target: 2 splits with a batch of half the envs (max_batch 24): with all 48 asked, only
-#    the units not being stepped can be ready, so each batch would wait out its 2 ms.
-# 5. atari_training: the papers' setup end to end (deep ResNet, delta core, 48 Pong games, server
-#    mode with the faster split of step 1) for TRAIN_S seconds; the run directory (logs.csv with
-#    sps, learner_wait and mean_return per update) comes back under $OUT/atari_run. Halfway
+# 3. env_threads: the zero-cost server with no wait, with the default ALE threads (each worker's
+#    AtariVectorEnv takes min(envs, cpus) threads: 48 threads on 16 cpus at 12 x 4) and with one
+#    per env worker, side by side (2026-11-27: 0.53 of raw with one thread, on another host
+#    than the default's 0.51). 2 splits batching half the envs (max_batch 24) was measured on
+#    2026-11-27 (0.39 of raw, level with 1 split) and left the script.
+# 4. atari_training: the papers' setup end to end (deep ResNet, delta core, 48 Pong games, server
+#    mode with the faster split of step 1) for TRAIN_S seconds; its logs.csv (sps, learner_wait and
+#    mean_return per update) comes back as $OUT/atari_logs.csv (a call returns at most 8 files). Halfway
 #    through, py-spy samples the learner's process (its inference and learner threads) for 30 s
 #    into $OUT/pyspy_learner.txt (raw collapsed stacks): where the serve loop's time goes.
 # The kernels have not changed since they passed every test on the H100 (2026-11-25); their
@@ -62,14 +62,15 @@ splits=$(awk '/^server mode, 1 split/ {one=$(NF-2)} /^server mode, 2 splits/ {tw
               END {print (two > one ? 2 : 1)}' "$OUT/inference.txt")
 step serve_cost 30 python3 cuda/serve_cost.py --device cuda --batch-size 32 --profile
 step serve_cost_small_batches 30 python3 cuda/serve_cost.py --device cuda --batch-size 32 --splits 2 --units-per-batch 4
-step env_threads 50 python3 launch/bench.py inference --device cuda --env atari --core delta --num-actors 12 \
-  --envs-per-actor 4 --splits 1 2 --wait-ms 0 --reps 1 --modes zero-cost --flags --env.num_threads 1
-step batch_target 40 python3 launch/bench.py inference --device cuda --env atari --core delta --num-actors 12 \
-  --envs-per-actor 4 --splits 2 --wait-ms 2 --reps 1 --modes zero-cost --flags --actor.server.max_batch 24
+step env_threads 60 bash -c 'python3 launch/bench.py inference --device cuda --env atari --core delta \
+  --num-actors 12 --envs-per-actor 4 --splits 1 2 --wait-ms 0 --reps 1 --modes zero-cost \
+  && python3 launch/bench.py inference --device cuda --env atari --core delta --num-actors 12 --envs-per-actor 4 \
+  --splits 1 2 --wait-ms 0 --reps 1 --modes zero-cost --flags --env.num_threads 1'
 ( sleep $((TRAIN_S / 2)); pid=$(pgrep -o -f '^python3 launch/atari.py') && /tmp/site/bin/py-spy record --pid "$pid" \
     --duration 30 --rate 200 --threads --idle --nonblocking --format raw -o "$OUT/pyspy_learner.txt" \
-    > "$OUT/pyspy.txt" 2>&1 ) &
+    > /tmp/pyspy.txt 2>&1 ) &
 step atari_training "$TRAIN_S" python3 launch/atari.py --game Pong --core delta --run.device cuda \
   --actor.inference server --actor.num_actors 12 --actor.envs_per_actor 4 --actor.server.worker_splits "$splits" \
   --run.total_steps 200000000 --run.run_dir "$OUT/atari_run" --log.tensorboard false --log.print_every_s 15
-rm -f "$OUT"/atari_run/checkpoint*.pt  # the curve is what comes back
+cat /tmp/pyspy.txt
+mv "$OUT/atari_run/logs.csv" "$OUT/atari_logs.csv" && rm -rf "$OUT/atari_run"  # the curve is what comes back
