@@ -295,44 +295,32 @@ def apply_presets(raw: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
     return raw
 
 
-def named_section(base: type, name: str, choices: tuple[str, ...], kind: str, *, key: str = "name",
-                  flag: str | None = None) -> type:
-    """``base`` (an options dataclass) with a first field ``key: Literal[name]``, so that the name
-    and its options form one section (``core: {name: delta, hidden_size: 64}``); ``flag`` is the
-    flag that chooses it, for ``--help`` (None: the entry point fixes it)."""
-    section = dataclasses.make_dataclass(
-        f"{name.title().replace('_', '')}{kind.title()}", [(key, Literal[name], dataclasses.field(default=name))],
-        bases=(base,))
-    first = (base.__doc__ or "").strip().split("\n")[0]
-    how = f" ({flag} NAME --help lists that {kind}'s options)" if flag else " (fixed by the entry point)"
-    section.__doc__ = (f"{kind.title()} {name!r}: {first}\n\nAttributes:\n    {key}: The {kind}, one of: "
-                       f"{', '.join(choices)}{how}.")
-    section.__module__ = base.__module__
-    return section
-
-
 @functools.cache
-def core_section(name: str) -> type:
-    """The ``core`` section for core ``name``: its ``Config``, plus ``name``."""
+def section(kind: str, name: str) -> type:
+    """The ``kind`` section ("core", "env", "task" or "network") for ``name``: that core's, env's,
+    task's or stem's options dataclass with a first field ``name: Literal[name]`` (a network's:
+    ``stem``), so that the name and its options form one section (``core: {name: delta, ...}``)."""
+    import envs
+    from agents.network import STEM_NETWORKS
+    from envs.tasks import TASKS
     from fastnet.registry import CORES, core_class
 
-    return named_section(core_class(name).Config, name, tuple(CORES), "core", flag="--core")
-
-
-@functools.cache
-def env_section(name: str) -> type:
-    """The ``env`` section for env ``name``: its class's ``Config``, plus ``name``."""
-    import envs
-
-    return named_section(envs.env_class(name).Config, name, tuple(envs.ENVS), "env")
-
-
-@functools.cache
-def task_section(name: str) -> type:
-    """The ``task`` section for task ``name``: its class's ``Config``, plus ``name``."""
-    from envs.tasks import TASKS
-
-    return named_section(TASKS[name][0].Config, name, tuple(TASKS), "task", flag="--task")
+    # the valid names, the options class, the word for it in --help, the key that names it, and the
+    # flag that chooses it (None: the entry point fixes it)
+    choices, options_class, word, key, flag = {
+        "core": (CORES, lambda: core_class(name).Config, "core", "name", "--core"),
+        "env": (envs.ENVS, lambda: envs.env_class(name).Config, "env", "name", None),
+        "task": (TASKS, lambda: TASKS[name][0].Config, "task", "name", "--task"),
+        "network": (STEM_NETWORKS, lambda: STEM_NETWORKS[name], "stem", "stem", "--network.stem")}[kind]
+    base = options_class()
+    cls = dataclasses.make_dataclass(f"{name.title().replace('_', '')}{word.title()}",
+                                     [(key, Literal[name], dataclasses.field(default=name))], bases=(base,))
+    first = (base.__doc__ or "").strip().split("\n")[0]
+    how = f" ({flag} NAME --help lists that {word}'s options)" if flag else " (fixed by the entry point)"
+    cls.__doc__ = (f"{word.title()} {name!r}: {first}\n\nAttributes:\n"
+                   f"    {key}: The {word}, one of: {', '.join(choices)}{how}.")
+    cls.__module__ = base.__module__
+    return cls
 
 
 RESUMABLE = {"resumable": True}

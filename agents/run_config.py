@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
 
 from agents.acting.transport import SERVER_KEYS_RENAMED, ActorConfig, RayConfig
-from agents.config import RESUMABLE, check, core_section, env_section, from_dict, named_section, options
+from agents.config import RESUMABLE, check, from_dict, options, section
 from agents.learning.losses import LossConfig
 from agents.learning.training import LogConfig, OptimConfig, RunConfig
 from agents.network import STEM_NETWORKS, AgentNet, MLPNetworkConfig, NetworkConfig
@@ -72,10 +72,10 @@ class TrainConfig:
     renamed: ClassVar[dict[str, str]] = SERVER_KEYS_RENAMED
     """Keys of older versions and their names now (a resume compares an old checkpoint's under them)."""
 
-    core: Any = field(default_factory=lambda: core_section("lstm")())
+    core: Any = field(default_factory=lambda: section("core", "lstm")())
     """The memory core and its options."""
     run: RLRunConfig = field(default_factory=RLRunConfig)
-    env: Any = field(default_factory=lambda: env_section("maze")())
+    env: Any = field(default_factory=lambda: section("env", "maze")())
     """The environment and its options."""
     actor: ActorConfig = field(default_factory=ActorConfig)
     ray: RayConfig = field(default_factory=RayConfig, metadata=RESUMABLE)
@@ -104,12 +104,6 @@ IMAGE_NETWORKS: dict[str, type] = {stem: c for stem, c in STEM_NETWORKS.items() 
 DEFAULT_STEMS: dict[str, str] = {"atari": "resnet"}
 
 
-@functools.cache
-def network_section(stem: str) -> type:
-    """The ``network`` section of stem ``stem``: its config, plus the field ``stem`` that chose it."""
-    return named_section(STEM_NETWORKS[stem], stem, tuple(STEM_NETWORKS), "stem", key="stem", flag="--network.stem")
-
-
 def rl_schema(env: str, core: str, stem: str | None = None) -> type:
     """The config dataclass of an entry point: TrainConfig with typed ``core``, ``env`` and ``network``
     (the env's network, or that of image stem ``stem``). The same arguments, given by position or
@@ -120,10 +114,10 @@ def rl_schema(env: str, core: str, stem: str | None = None) -> type:
 
 @functools.cache
 def _rl_schema(env: str, core: str, stem: str | None) -> type:
-    network = NETWORKS[env] if stem is None else network_section(stem)
+    network = NETWORKS[env] if stem is None else section("network", stem)
     return dataclasses.make_dataclass(
-        "TrainConfig", [("core", core_section(core), field(default_factory=core_section(core))),
-                        ("env", env_section(env), field(default_factory=env_section(env))),
+        "TrainConfig", [("core", section("core", core), field(default_factory=section("core", core))),
+                        ("env", section("env", env), field(default_factory=section("env", env))),
                         ("network", network, field(default_factory=network))],
         bases=(TrainConfig,), namespace={"__doc__": TrainConfig.__doc__})
 
@@ -132,13 +126,6 @@ def config_from_dict(data: dict[str, Any], source: str) -> TrainConfig:
     """The TrainConfig saved in a checkpoint (``payload["config"]``)."""
     stem = (data.get("network") or {}).get("stem")  # absent before network.stem was selectable
     return from_dict(rl_schema(data["env"]["name"], data["core"]["name"], stem), data, source)
-
-
-def inference_mode(cfg: TrainConfig, device_type: str) -> str:
-    """Where the policy acts: ``actor.inference``, with auto resolved (server on CUDA)."""
-    if cfg.actor.inference != "auto":
-        return cfg.actor.inference
-    return "server" if device_type == "cuda" and cfg.actor.backend == "local" else "actor"
 
 
 def check_config(cfg: TrainConfig, device_type: str = "cpu") -> None:
@@ -160,7 +147,7 @@ def check_config(cfg: TrainConfig, device_type: str = "cpu") -> None:
           "server mode runs on the local backend only; with actor.backend ray the hosts act with CPU copies of "
           "the policy (use actor or auto)")
     splits = cfg.actor.server.worker_splits
-    check(inference_mode(cfg, device_type) != "server" or cfg.actor.envs_per_actor % splits == 0,
+    check(cfg.actor.inference_mode(device_type) != "server" or cfg.actor.envs_per_actor % splits == 0,
           "actor.server.worker_splits", f"{splits} must divide actor.envs_per_actor "
           f"({cfg.actor.envs_per_actor}): server mode splits each worker's envs into that many groups")
 

@@ -25,7 +25,7 @@ import sys
 from typing import Any
 
 from agents import tables
-from agents.config import env_section, parse, to_yaml
+from agents.config import parse, section, to_yaml
 from agents.errors import ConfigError, exit_on_error
 from agents.learning.learner import train
 from agents.learning.logger import CSV_NAME, read_csv
@@ -78,7 +78,7 @@ def env_config(cfg: Any, suite: str, entry: SuiteEnv) -> TrainConfig:
 
     schema = rl_schema("gym", cfg.core.name)
     cfg = schema(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(schema)})
-    env = env_section("gym")(**entry.options)
+    env = section("env", "gym")(**entry.options)
     images = envs.spec("gym", seed=cfg.run.seed, **entry.options).images
     network = cfg.network
     if images and network.stem != "resnet":

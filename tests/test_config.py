@@ -354,8 +354,8 @@ def test_a_change_that_cannot_survive_a_resume_is_refused(tmp_path, capsys):
 def test_the_defaults_pass_the_checks_with_a_cuda_learner(launcher):
     """Each launcher's defaults also pass the cross-field checks on CUDA, where ``inference: auto`` is
     the server (Atari's 48 actors with one game each failed them while worker_splits defaulted to 2)."""
-    from agents.run_config import check_config, inference_mode
+    from agents.run_config import check_config
 
     cfg = launcher.load([])
     check_config(cfg, "cuda")
-    assert inference_mode(cfg, "cuda") == ("server" if launcher is atari else "actor")
+    assert cfg.actor.inference_mode("cuda") == ("server" if launcher is atari else "actor")

@@ -152,11 +152,11 @@ def test_a_host_that_keeps_dying_or_never_comes_back_stops_the_run(monkeypatch):
 def test_ray_hosts_carry_the_values_of_cut_episodes(local_ray):
     """CartPole cut after 4 steps: every unroll from a Ray host has ``final_value`` non-zero
     exactly where an episode of 4 steps ended (the cut), and 0 elsewhere."""
-    from agents.config import env_section, to_dict
+    from agents.config import section, to_dict
     from agents.run_config import rl_schema
 
     schema = rl_schema("gym", "lstm")
-    cfg = schema(env=env_section("gym")(id="CartPole-v1", max_episode_steps=4))
+    cfg = schema(env=section("env", "gym")(id="CartPole-v1", max_episode_steps=4))
     cfg.core.hidden_size, cfg.actor.unroll_length = 8, 9
     model = build_model(cfg, (4,), 2)
     transport = RayTransport(to_dict(cfg), model, num_hosts=1, envs_per_host=2, unrolls_per_batch=1, seeds=[0],
@@ -171,10 +171,10 @@ def test_ray_hosts_act_in_a_multidiscrete_space(local_ray):
     """MineSweeper's [4, 4] actions: the hosts' unrolls hold one integer per step (< 16) and both
     components' logits side by side (4 + 4)."""
     pytest.importorskip("popgym")
-    from agents.config import env_section, to_dict
+    from agents.config import section, to_dict
     from agents.run_config import rl_schema
 
-    cfg = rl_schema("gym", "lstm")(env=env_section("gym")(id="popgym:popgym-MineSweeperEasy-v0"))
+    cfg = rl_schema("gym", "lstm")(env=section("env", "gym")(id="popgym:popgym-MineSweeperEasy-v0"))
     cfg.core.hidden_size = 8
     model = build_model(cfg, (3,), (4, 4))
     transport = RayTransport(to_dict(cfg), model, num_hosts=1, envs_per_host=2, unrolls_per_batch=1, seeds=[0],

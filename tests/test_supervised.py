@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from agents.config import core_section, task_section
+from agents.config import section
 from agents.errors import ConfigMismatchError
 from agents.learning.supervised import Config, LogConfig, LoopConfig, ModelConfig, evaluate, train
 from agents.learning.training import OptimConfig, RunConfig
@@ -42,7 +42,7 @@ TINY_TASKS = {
 
 def make_config(task, core, run_dir, core_options=None, model=None, optim=None, seed=0, **train_kw):
     """A Config built directly (not through the command line), as a script would."""
-    return Config(task=task_section(task)(), core=core_section(core)(**(core_options or {})),
+    return Config(task=section("task", task)(), core=section("core", core)(**(core_options or {})),
                   run=RunConfig(run_dir=str(run_dir), seed=seed, num_threads=0),
                   model=model or ModelConfig(),
                   optim=optim or OptimConfig(name="adam", lr=1e-3, eps=1e-8, grad_clip=0.0),
@@ -300,7 +300,7 @@ def test_resume_refuses_a_checkpoint_of_other_settings_and_keeps_the_run(tmp_pat
     cfg = tiny_config("retrieval2", "delta", tmp_path, max_steps=2, eval_every=2, checkpoint_every=2)
     train(cfg, task=task, quiet=True)
     files = {name: (tmp_path / name).read_bytes() for name in ("config.yaml", "checkpoint.pt", "logs.csv")}
-    other_core = dataclasses.replace(cfg, core=core_section("linear")(**TINY_CORES["linear"]))
+    other_core = dataclasses.replace(cfg, core=section("core", "linear")(**TINY_CORES["linear"]))
     other_lr = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, lr=0.5))
     for changed, key in ((other_core, "core.name 'delta' -> 'linear'"), (other_lr, "optim.lr 0.001 -> 0.5")):
         with pytest.raises(ConfigMismatchError, match=key):
@@ -329,5 +329,5 @@ def test_resume_scores_the_checkpoints_best_model_not_a_later_one(tmp_path):
 
 
 def test_default_run_dir_names_the_task_and_core():
-    cfg = Config(task=task_section("code3")(), core=core_section("rec_delta")())
+    cfg = Config(task=section("task", "code3")(), core=section("core", "rec_delta")())
     assert cfg.resolved_run_dir() == "runs/supervised/code3-rec_delta"

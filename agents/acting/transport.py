@@ -75,6 +75,13 @@ class ActorConfig:
     start_method: Literal["fork", "spawn", "forkserver"] = field(default="fork", metadata=RESUMABLE)
     """How the processes start (fork starts fastest; a CUDA learner in actor mode needs spawn or forkserver)."""
 
+    def inference_mode(self, device_type: str) -> str:
+        """Where the policy acts with a learner on a device of type ``device_type``: ``inference``,
+        with auto resolved (server on CUDA, with the local backend)."""
+        if self.inference != "auto":
+            return self.inference
+        return "server" if device_type == "cuda" and self.backend == "local" else "actor"
+
 
 @dataclass
 class RayConfig:

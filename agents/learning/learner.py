@@ -34,7 +34,7 @@ from agents.learning.losses import Unrolls, actor_critic_losses, estimate_return
 from agents.learning.training import Trainer, configure_kernels, resolve_device
 from agents.network import AgentNet
 from agents.popart import PopArt
-from agents.run_config import TrainConfig, build_model, check_config, inference_mode
+from agents.run_config import TrainConfig, build_model, check_config
 from fastnet.feature_maps import redraw_random_features
 
 
@@ -167,7 +167,7 @@ def make_transport(cfg: TrainConfig, model: AgentNet, *, device: torch.device, e
     if actor.backend == "ray":
         return RayTransport(to_dict(cfg), model, num_hosts=actor.num_actors, envs_per_host=actor.envs_per_actor,
                             unrolls_per_batch=unrolls_per_batch, seeds=envs.seeds, ray_cfg=cfg.ray)
-    if inference_mode(cfg, device.type) == "server":
+    if cfg.actor.inference_mode(device.type) == "server":
         return InferenceServer(model, envs=envs, actor=actor, batch_size=cfg.learner.batch_size, device=device,
                                seed=seed)
     actor_model = copy.deepcopy(model).cpu()  # the actors' copy, in shared memory

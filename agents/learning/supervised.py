@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveInt
 from torch import Tensor, nn
 
-from agents.config import RESUMABLE, check, core_section, options, task_section
+from agents.config import RESUMABLE, check, options, section
 from agents.errors import ConfigError
 from agents.files import atomic_save, atomic_write_text
 from agents.learning import training
@@ -113,9 +113,9 @@ class LogConfig(training.LogConfig):
 class Config:
     """Supervised training of a memory core on a synthetic or algorithmic task."""
 
-    task: Any = field(default_factory=lambda: task_section("retrieval2")())
+    task: Any = field(default_factory=lambda: section("task", "retrieval2")())
     """The task and its generator's options."""
-    core: Any = field(default_factory=lambda: core_section("delta")())
+    core: Any = field(default_factory=lambda: section("core", "delta")())
     """The memory core and its options."""
     run: RunConfig = field(default_factory=lambda: RunConfig(run_dir="runs/supervised/{task}-{core}", num_threads=0))
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -132,8 +132,8 @@ class Config:
 def supervised_schema(task: str, core: str) -> type:
     """The config dataclass of launch/supervised.py: Config with typed ``task`` and ``core``."""
     return dataclasses.make_dataclass(
-        "Config", [("task", task_section(task), field(default_factory=task_section(task))),
-                   ("core", core_section(core), field(default_factory=core_section(core)))],
+        "Config", [("task", section("task", task), field(default_factory=section("task", task))),
+                   ("core", section("core", core), field(default_factory=section("core", core)))],
         bases=(Config,), namespace={"__doc__": Config.__doc__})
 
 
