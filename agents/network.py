@@ -131,13 +131,13 @@ STEM_NETWORKS: dict[str, type[NetworkConfig]] = {c.stem: c for c in (MLPNetworkC
 class AgentNet(nn.Module):
     """stem -> core (``fastnet.make_core``) -> policy logits and baseline: each head a Linear + tanh
     layer per ``head_sizes`` (none by default), then a linear output (the baseline's a
-    :class:`agents.popart.PopArt` head of the options ``popart``, its ``step`` and ``min_sigma``,
-    when they are given). ``action_sizes`` is a Discrete space's n, or a MultiDiscrete space's sizes, whose
-    components the policy draws independently (:class:`agents.actions.ActionSpace`)."""
+    :class:`agents.popart.PopArt` head of the options ``popart`` when they are given: its ``step``,
+    ``min_sigma`` and ``zero_init``). ``action_sizes`` is a Discrete space's n, or a MultiDiscrete
+    space's sizes, whose components the policy draws independently (:class:`agents.actions.ActionSpace`)."""
 
     def __init__(self, observation_shape: tuple[int, ...], action_sizes: int | Sequence[int], core: str,
                  core_options: dict[str, Any], *, stem: str = "mlp", stem_options: dict[str, Any] | None = None,
-                 reward_clip: float | None = None, prev_action: bool = True, popart: dict[str, float] | None = None,
+                 reward_clip: float | None = None, prev_action: bool = True, popart: dict[str, Any] | None = None,
                  head_sizes: Sequence[int] = ()):
         super().__init__()
         self.action_space = ActionSpace((action_sizes,) if isinstance(action_sizes, int) else tuple(action_sizes))

@@ -22,10 +22,20 @@ class PopArt(nn.Linear):
     statistics (buffers ``mu`` and ``nu``, the first and second moments of the targets, saved
     with the model); ``step`` is the statistics' step size β, ``min_sigma`` the floor of σ (at
     least the paper's 1e-4: once a task is solved its targets barely vary, σ shrinks towards 0, and
-    advantages divided by σ turn noise into large policy gradients)."""
+    advantages divided by σ turn noise into large policy gradients).
 
-    def __init__(self, in_features: int, step: float = 0.01, min_sigma: float = SIGMA_RANGE[0]):
+    ``zero_init`` starts the head at zero (V = μ = 0). The first update sets σ to the first
+    targets' spread, which on small rewards is its floor (PositionOnlyCartPole: 0.01), and keeping
+    a randomly initialised head's outputs then puts them at 1/σ times their size in normalised
+    units: value errors and advantages of tens of σ that are noise, whose gradient (norm ~2e5
+    there, against a clip of 40) swamps the first updates' policy gradient."""
+
+    def __init__(self, in_features: int, step: float = 0.01, min_sigma: float = SIGMA_RANGE[0],
+                 zero_init: bool = False):
         super().__init__(in_features, 1)
+        if zero_init:
+            nn.init.zeros_(self.weight)
+            nn.init.zeros_(self.bias)
         self.step, self.min_sigma = step, max(min_sigma, SIGMA_RANGE[0])
         self.register_buffer("mu", torch.zeros(()))
         self.register_buffer("nu", torch.ones(()))

@@ -189,6 +189,38 @@ def test_popart_sigma_stays_at_its_floor_on_constant_targets_and_keeps_the_outpu
     assert PopArt(1, min_sigma=0.0).min_sigma == 1e-4
 
 
+def test_a_zero_initialised_popart_head_keeps_its_first_normalised_values_at_the_targets_scale():
+    """On targets of small spread (σ at its floor after the first update), a randomly initialised
+    head's outputs, kept by the rescale, are tens of σ from the targets in normalised units; a
+    head started at zero (``zero_init``) gives V = 0 for every input, (0 − μ)/σ normalised."""
+    torch.manual_seed(0)
+    h = torch.randn(32, 64, dtype=torch.float64)
+    targets = 0.05 + 0.001 * torch.randn(256, dtype=torch.float64)  # PositionOnlyCartPole's first values
+    errors = {}
+    for zero_init in (False, True):
+        head = PopArt(64, min_sigma=0.01, zero_init=zero_init).double()
+        head.update(targets)
+        assert head.sigma.item() == pytest.approx(0.01) and head.mu.item() == pytest.approx(targets.mean().item())
+        errors[zero_init] = ((head(h) - targets.mean()) / head.sigma).abs()
+    assert errors[False].max() > 10  # nn.Linear's init: outputs ~0.3, over σ = 0.01
+    torch.testing.assert_close(errors[True], torch.full_like(errors[True], targets.mean().item() / 0.01))  # ~5
+    _, model = make("lstm", "--loss.popart", "true", "--loss.popart_zero_init", "true")
+    assert not model.baseline.weight.any() and not model.baseline.bias.any()
+    _, model = make("lstm", "--loss.popart", "true")
+    assert model.baseline.weight.any()
+
+
+
+def test_a_run_resumes_whatever_its_popart_zero_init_was():
+    """The option shapes only a new head: a checkpoint written with it off resumes with it on."""
+    from agents.config import resumable_keys, to_dict
+    from agents.learning.checkpoint import check_same_run
+
+    old, _ = make("lstm", "--loss.popart", "true", "--loss.popart_zero_init", "false")
+    new, _ = make("lstm", "--loss.popart", "true", "--loss.popart_zero_init", "true")
+    check_same_run(to_dict(old), new, resumable_keys(new), "checkpoint.pt")
+
+
 def test_popart_normalises_the_value_loss_and_the_advantages():
     """With σ the scale of the targets, the value errors and the advantages are in units of σ:
     the loss on targets scaled by 100 (values too) equals the loss on the unscaled ones."""

@@ -25,6 +25,7 @@ from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, OpenUnitIn
 from torch import Tensor
 
 from agents.actions import ActionSpace
+from agents.config import RESUMABLE
 from agents.learning.vtrace import gae, vtrace
 
 
@@ -60,6 +61,8 @@ class LossConfig:
     """PopArt: the step β of the targets' running mean and mean square, per batch."""
     popart_min_sigma: PositiveFloat = 0.01
     """PopArt: floor of σ, so a solved task's near-constant targets do not blow up the advantages."""
+    popart_zero_init: bool = field(default=False, metadata=RESUMABLE)
+    """PopArt: start a new value head at zero, so the first statistics do not magnify its random outputs."""
 
 
 @dataclass(frozen=True)
