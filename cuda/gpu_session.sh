@@ -63,8 +63,8 @@ splits=$(awk '/^server mode, 1 split/ {one=$(NF-2)} /^server mode, 2 splits/ {tw
 step serve_cost 30 python3 cuda/serve_cost.py --device cuda --batch-size 32 --profile
 step serve_cost_small_batches 30 python3 cuda/serve_cost.py --device cuda --batch-size 32 --splits 2 --units-per-batch 4
 step env_threads 60 bash -c 'python3 launch/bench.py inference --device cuda --env atari --core delta \
-  --num-actors 12 --envs-per-actor 4 --splits 1 2 --wait-ms 0 --reps 1 --modes zero-cost \
-  && python3 launch/bench.py inference --device cuda --env atari --core delta --num-actors 12 --envs-per-actor 4 \
+  --num-actors 12 --envs-per-actor 4 --splits 1 2 --wait-ms 0 --reps 1 --modes zero-cost; \
+  python3 launch/bench.py inference --device cuda --env atari --core delta --num-actors 12 --envs-per-actor 4 \
   --splits 1 2 --wait-ms 0 --reps 1 --modes zero-cost --flags --env.num_threads 1'
 ( sleep $((TRAIN_S / 2)); pid=$(pgrep -o -f '^python3 launch/atari.py') && /tmp/site/bin/py-spy record --pid "$pid" \
     --duration 30 --rate 200 --threads --idle --nonblocking --format raw -o "$OUT/pyspy_learner.txt" \
@@ -73,4 +73,4 @@ step atari_training "$TRAIN_S" python3 launch/atari.py --game Pong --core delta 
   --actor.inference server --actor.num_actors 12 --actor.envs_per_actor 4 --actor.server.worker_splits "$splits" \
   --run.total_steps 200000000 --run.run_dir "$OUT/atari_run" --log.tensorboard false --log.print_every_s 15
 cat /tmp/pyspy.txt
-mv "$OUT/atari_run/logs.csv" "$OUT/atari_logs.csv" && rm -rf "$OUT/atari_run"  # the curve is what comes back
+mv "$OUT/atari_run/logs.csv" "$OUT/atari_logs.csv"; rm -rf "$OUT/atari_run"  # the curve is what comes back
