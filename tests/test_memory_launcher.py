@@ -117,6 +117,19 @@ def test_the_defaults_are_issue_42s_and_the_tuned_presets_keep_their_one_pass():
     assert memory.load([], env="MemoryS7").learner.epochs == 8
 
 
+def test_every_tuned_env_keeps_the_loss_its_figures_were_made_with():
+    """The defaults start PopArt's head at zero with entropy cost 0.003 (issue 42's seventh and
+    eighth rounds); every env with a preset keeps the random head and 0.01, as its figures were made."""
+    cfg = memory.load([])
+    assert (cfg.loss.popart_zero_init, cfg.loss.entropy_cost) == (True, 0.003)
+    with open(memory.DEFAULTS) as f:
+        tuned_envs = yaml.safe_load(f)["presets"]["env"]
+    assert len(tuned_envs) == 7
+    for env in tuned_envs:
+        tuned = memory.load([], env=env)
+        assert (tuned.loss.popart_zero_init, tuned.loss.entropy_cost) == (False, 0.01), env
+
+
 def test_an_env_preset_holds_its_own_per_core_presets():
     """presets.env.CountRecallEasy gives lstm its own lr and leaves the other cores the suite's,
     and a flag still wins over both."""
