@@ -210,7 +210,6 @@ def test_a_zero_initialised_popart_head_keeps_its_first_normalised_values_at_the
     assert model.baseline.weight.any()
 
 
-
 def test_a_run_resumes_whatever_its_popart_zero_init_was():
     """The option shapes only a new head: a checkpoint written with it off resumes with it on."""
     from agents.config import resumable_keys, to_dict
