@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Optional
 
 import torch
-from jsonargparse.typing import PositiveFloat
+from jsonargparse.typing import NonNegativeFloat, PositiveFloat
 from torch import Tensor, nn
 
 from agents.actions import ActionSpace
+from agents.config import RESUMABLE
 from agents.errors import NonFinitePolicyError
 from agents.nature_cnn import NatureStem, ShallowStem
 from agents.popart import PopArt
@@ -86,6 +87,8 @@ class NetworkConfig:
     head_sizes: list[int] = field(default_factory=list)
     """Units of each Linear + tanh layer between the core and each head, the policy's and the
     baseline's apart (BabyAI's heads: [64]); empty: linear heads on the core's output."""
+    policy_init_scale: NonNegativeFloat = field(default=1.0, metadata=RESUMABLE)
+    """Scale the policy output layer's first weights by this (0.01: a near-uniform first policy; Andrychowicz 2021)."""
 
     stem: ClassVar[str]
 
@@ -132,13 +135,16 @@ class AgentNet(nn.Module):
     """stem -> core (``fastnet.make_core``) -> policy logits and baseline: each head a Linear + tanh
     layer per ``head_sizes`` (none by default), then a linear output (the baseline's a
     :class:`agents.popart.PopArt` head of the options ``popart`` when they are given: its ``step``,
-    ``min_sigma`` and ``zero_init``). ``action_sizes`` is a Discrete space's n, or a MultiDiscrete
+    ``min_sigma`` and ``zero_init``). The policy's output layer starts at ``policy_init_scale``
+    times PyTorch's initialisation: Andrychowicz et al. (2021) find a 100× smaller last
+    policy layer, whose first policy is near uniform, among the choices that matter most for PPO.
+    ``action_sizes`` is a Discrete space's n, or a MultiDiscrete
     space's sizes, whose components the policy draws independently (:class:`agents.actions.ActionSpace`)."""
 
     def __init__(self, observation_shape: tuple[int, ...], action_sizes: int | Sequence[int], core: str,
                  core_options: dict[str, Any], *, stem: str = "mlp", stem_options: dict[str, Any] | None = None,
                  reward_clip: float | None = None, prev_action: bool = True, popart: dict[str, Any] | None = None,
-                 head_sizes: Sequence[int] = ()):
+                 head_sizes: Sequence[int] = (), policy_init_scale: float = 1.0):
         super().__init__()
         self.action_space = ActionSpace((action_sizes,) if isinstance(action_sizes, int) else tuple(action_sizes))
         self.num_actions, self.num_logits = self.action_space.num_actions, self.action_space.num_logits
@@ -150,6 +156,9 @@ class AgentNet(nn.Module):
         self.baseline_torso = mlp(self.core.output_size, head_sizes, "tanh")
         width = head_sizes[-1] if head_sizes else self.core.output_size
         self.policy = nn.Linear(width, self.num_logits)
+        with torch.no_grad():
+            self.policy.weight.mul_(policy_init_scale)
+            self.policy.bias.mul_(policy_init_scale)
         self.baseline = nn.Linear(width, 1) if popart is None else PopArt(width, **popart)
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:

@@ -5,6 +5,8 @@ import pytest
 import torch
 
 from agents.network import AgentNet, make_stem
+from agents.run_config import build_model
+from launch.maze import load
 
 
 def test_mlp_stem_scales_uint8_and_rejects_unknown():
@@ -61,3 +63,24 @@ def test_head_sizes_put_a_tanh_layer_before_each_head():
     plain = AgentNet((6,), 3, "ff", {}, stem_options={"hidden_sizes": [8]})
     assert not any(k.startswith(("policy_torso", "baseline_torso")) for k in plain.state_dict())
     assert plain.policy.in_features == plain.core.output_size
+
+
+def test_policy_init_scale_scales_the_first_policy_layer_and_nothing_else():
+    """``policy_init_scale`` multiplies the output layer's initial weights and bias, so the first
+    logits are that fraction of the default's (0: a uniform first policy); the other layers and
+    the baseline are the default's, draw for draw."""
+    obs, reward = torch.randn(3, 2, 6), torch.zeros(3, 2)
+    action, done = torch.zeros(3, 2, dtype=torch.long), torch.zeros(3, 2, dtype=torch.bool)
+    outputs = {}
+    for scale in (1.0, 0.01, 0.0):
+        torch.manual_seed(0)
+        net = AgentNet((6,), 4, "lstm", {"hidden_size": 8}, stem_options={"hidden_sizes": [8]}, policy_init_scale=scale)
+        outputs[scale] = net(obs, reward, action, done, net.initial_state(2))[:2]
+    default_logits, default_baseline = outputs[1.0]
+    assert default_logits.abs().min() > 1e-4
+    torch.testing.assert_close(outputs[0.01][0], 0.01 * default_logits)
+    assert not outputs[0.0][0].any()
+    for scale in (0.01, 0.0):
+        torch.testing.assert_close(outputs[scale][1], default_baseline)
+    cfg = load(["--core", "lstm", "--network.policy_init_scale", "0"])  # the config's option reaches the network
+    assert not build_model(cfg, (6,), 4).policy.weight.any()
