@@ -18,7 +18,6 @@ from jsonargparse.typing import NonNegativeFloat, PositiveFloat
 from torch import Tensor, nn
 
 from agents.actions import ActionSpace
-from agents.config import RESUMABLE
 from agents.errors import NonFinitePolicyError
 from agents.nature_cnn import NatureStem, ShallowStem
 from agents.popart import PopArt
@@ -87,7 +86,7 @@ class NetworkConfig:
     head_sizes: list[int] = field(default_factory=list)
     """Units of each Linear + tanh layer between the core and each head, the policy's and the
     baseline's apart (BabyAI's heads: [64]); empty: linear heads on the core's output."""
-    policy_init_scale: NonNegativeFloat = field(default=1.0, metadata=RESUMABLE)
+    policy_init_scale: NonNegativeFloat = 1.0
     """Scale the policy output layer's first weights by this (0.01: a near-uniform first policy; Andrychowicz 2021)."""
 
     stem: ClassVar[str]
@@ -135,11 +134,12 @@ class AgentNet(nn.Module):
     """stem -> core (``fastnet.make_core``) -> policy logits and baseline: each head a Linear + tanh
     layer per ``head_sizes`` (none by default), then a linear output (the baseline's a
     :class:`agents.popart.PopArt` head of the options ``popart`` when they are given: its ``step``,
-    ``min_sigma`` and ``zero_init``). The policy's output layer starts at ``policy_init_scale``
-    times PyTorch's initialisation: Andrychowicz et al. (2021) find a 100× smaller last
-    policy layer, whose first policy is near uniform, among the choices that matter most for PPO.
-    ``action_sizes`` is a Discrete space's n, or a MultiDiscrete
-    space's sizes, whose components the policy draws independently (:class:`agents.actions.ActionSpace`)."""
+    ``min_sigma`` and ``zero_init``). ``action_sizes`` is a Discrete space's n, or a MultiDiscrete
+    space's sizes, whose components the policy draws independently (:class:`agents.actions.ActionSpace`).
+
+    The policy's output layer starts at ``policy_init_scale`` times PyTorch's initialisation:
+    Andrychowicz et al. (2021) count a 100× smaller last policy layer, whose first policy is near
+    uniform, among the choices that matter most for PPO."""
 
     def __init__(self, observation_shape: tuple[int, ...], action_sizes: int | Sequence[int], core: str,
                  core_options: dict[str, Any], *, stem: str = "mlp", stem_options: dict[str, Any] | None = None,

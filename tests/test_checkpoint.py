@@ -146,15 +146,14 @@ def test_check_same_run_names_the_settings_that_differ():
 
 def test_the_fields_marked_resumable_are_the_budgets_hardware_logging_and_cadence():
     """The keys a resume may change, as issue 24 listed them, now read off the fields' metadata; and
-    PopArt's zero start and the policy layer's initial scale, which only a new network reads."""
+    PopArt's zero start, which only a new head reads."""
     from launch import supervised
 
     assert set(resumable_keys(load([]))) == {
         "run.total_steps", "run.device", "run.run_dir", "run.num_threads", "run.resume", "run.keep_checkpoints",
         "run.kernels", "actor.num_actors", "actor.num_buffers", "actor.inference", "actor.server.max_batch",
         "actor.server.max_wait_ms", "actor.backend", "actor.start_method", "ray", "log", "checkpoint",
-        "optim.grad_clip", "optim.max_nonfinite_steps", "loss.popart_zero_init",
-        "network.policy_init_scale"}
+        "optim.grad_clip", "optim.max_nonfinite_steps", "loss.popart_zero_init"}
     assert set(resumable_keys(supervised.load([]))) == {
         "run.device", "run.run_dir", "run.num_threads", "run.resume", "run.keep_checkpoints", "run.kernels",
         "optim.grad_clip", "optim.max_nonfinite_steps", "log", "train.max_steps", "train.max_epochs",
