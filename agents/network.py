@@ -87,7 +87,7 @@ class NetworkConfig:
     """Units of each Linear + tanh layer between the core and each head, the policy's and the
     baseline's apart (BabyAI's heads: [64]); empty: linear heads on the core's output."""
     policy_init_scale: NonNegativeFloat = 1.0
-    """Scale the policy output layer's first weights by this (0.01: a near-uniform first policy; Andrychowicz 2021)."""
+    """Scale the policy output layer's initial weights and bias by this (0.01: a near-uniform first policy)."""
 
     stem: ClassVar[str]
 
