@@ -88,6 +88,8 @@ class NetworkConfig:
     baseline's apart (BabyAI's heads: [64]); empty: linear heads on the core's output."""
     policy_init_scale: NonNegativeFloat = 1.0
     """Scale the policy output layer's initial weights and bias by this (0.01: a near-uniform first policy)."""
+    separate_critic: bool = False
+    """Give the baseline a stem and core of its own (RecurrentPPO's critic): the value loss never shapes the policy."""
 
     stem: ClassVar[str]
 
@@ -139,12 +141,17 @@ class AgentNet(nn.Module):
 
     The policy's output layer starts at ``policy_init_scale`` times PyTorch's initialisation:
     Andrychowicz et al. (2021) count a 100× smaller last policy layer, whose first policy is near
-    uniform, among the choices that matter most for PPO."""
+    uniform, among the choices that matter most for PPO.
+
+    With ``separate_critic`` the baseline reads a second stem and core of the same options, whose
+    state rides after the policy core's in the state tuple (sb3-contrib's RecurrentPPO gives its
+    critic an LSTM of its own; Andrychowicz et al. 2021 find separate policy and value networks
+    better on most of their tasks). The core's outputs y are then the two cores' side by side."""
 
     def __init__(self, observation_shape: tuple[int, ...], action_sizes: int | Sequence[int], core: str,
                  core_options: dict[str, Any], *, stem: str = "mlp", stem_options: dict[str, Any] | None = None,
                  reward_clip: float | None = None, prev_action: bool = True, popart: dict[str, Any] | None = None,
-                 head_sizes: Sequence[int] = (), policy_init_scale: float = 1.0):
+                 head_sizes: Sequence[int] = (), policy_init_scale: float = 1.0, separate_critic: bool = False):
         super().__init__()
         self.action_space = ActionSpace((action_sizes,) if isinstance(action_sizes, int) else tuple(action_sizes))
         self.num_actions, self.num_logits = self.action_space.num_actions, self.action_space.num_logits
@@ -152,6 +159,9 @@ class AgentNet(nn.Module):
         self.stem = make_stem(stem, observation_shape, **(stem_options or {}))
         core_input = self.stem.output_size + 1 + (self.num_logits if prev_action else 0)
         self.core = make_core(core, core_input, **core_options)
+        self.critic_stem = make_stem(stem, observation_shape, **(stem_options or {})) if separate_critic else None
+        self.critic_core = make_core(core, core_input, **core_options) if separate_critic else None
+        self.policy_state_len = len(self.core.initial_state(1, "cpu"))  # where the critic's state starts
         self.policy_torso = mlp(self.core.output_size, head_sizes, "tanh")
         self.baseline_torso = mlp(self.core.output_size, head_sizes, "tanh")
         width = head_sizes[-1] if head_sizes else self.core.output_size
@@ -162,7 +172,9 @@ class AgentNet(nn.Module):
         self.baseline = nn.Linear(width, 1) if popart is None else PopArt(width, **popart)
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
-        return self.core.initial_state(batch_size, device)
+        """The policy core's zero state, then the critic core's (``separate_critic``)."""
+        critic = self.critic_core.initial_state(batch_size, device) if self.critic_core is not None else ()
+        return self.core.initial_state(batch_size, device) + critic
 
     def forward(self, obs: Tensor, prev_reward: Tensor, prev_action: Tensor, done: Tensor, state: State,
                 truncate_per_step: bool = False) -> tuple[Tensor, Tensor, State, dict[str, Tensor]]:
@@ -180,36 +192,53 @@ class AgentNet(nn.Module):
     def heads(self, y: Tensor) -> tuple[Tensor, Tensor]:
         """The policy logits [..., A] of the core's outputs y, and the value head's input (the
         baseline torso's output; ``self.baseline(features)`` is the value)."""
-        return self.policy_logits(y), self.baseline_torso(y)
+        critic_y = y[..., self.core.output_size:] if self.critic_core is not None else y
+        return self.policy_logits(y), self.baseline_torso(critic_y)
 
     def policy_logits(self, y: Tensor) -> Tensor:
-        """The policy logits [..., A] of the core's outputs y."""
-        return self.policy(self.policy_torso(y))
+        """The policy logits [..., A] of the core's outputs y (the policy core's part of them)."""
+        return self.policy(self.policy_torso(y[..., :self.core.output_size]))
 
     def core_outputs(self, obs: Tensor, prev_reward: Tensor, prev_action: Tensor, done: Tensor, state: State,
                      truncate_per_step: bool = False) -> tuple[Tensor, State, dict[str, Tensor]]:
         """The core's outputs y [T,B,D] (what the policy and value heads read), its state after
-        step T-1 and its aux losses; the arguments are :meth:`forward`'s."""
+        step T-1 and its aux losses; the arguments are :meth:`forward`'s. With ``separate_critic``
+        y is the policy core's outputs, then the critic core's, and the critic's aux losses are
+        named ``critic_<name>``."""
         T, B = prev_reward.shape
         keep = (~done).unsqueeze(-1).float()
         reward = prev_reward.float().unsqueeze(-1)
         if self.reward_clip is not None:
             reward = reward.clamp(-self.reward_clip, self.reward_clip)
-        inputs = [self.stem(obs.flatten(0, 1)).view(T, B, -1), reward * keep]
+        others = [reward * keep]
         if self.prev_action:
-            inputs.append(self.action_space.one_hot(prev_action.long()) * keep)
-        x = torch.cat(inputs, dim=-1)
+            others.append(self.action_space.one_hot(prev_action.long()) * keep)
+        x = torch.cat([self.stem(obs.flatten(0, 1)).view(T, B, -1), *others], dim=-1)
+        if self.critic_core is None:
+            return self._run_core(self.core, x, state, done, truncate_per_step)
+        split = self.policy_state_len
+        y, policy_state, aux = self._run_core(self.core, x, state[:split], done, truncate_per_step)
+        x_critic = torch.cat([self.critic_stem(obs.flatten(0, 1)).view(T, B, -1), *others], dim=-1)
+        y_critic, critic_state, critic_aux = self._run_core(self.critic_core, x_critic, state[split:], done,
+                                                            truncate_per_step)
+        aux.update({f"critic_{k}": v for k, v in critic_aux.items()})
+        return torch.cat([y, y_critic], dim=-1), policy_state + critic_state, aux
+
+    @staticmethod
+    def _run_core(core: nn.Module, x: Tensor, state: State, done: Tensor,
+                  truncate_per_step: bool) -> tuple[Tensor, State, dict[str, Tensor]]:
+        """``core`` over the inputs x [T,B,D]: its outputs, its state after step T-1 and its aux losses."""
         if truncate_per_step:
             ys, aux_steps = [], []
-            for t in range(T):
-                y, state, aux = self.core(x[t:t + 1], state, done[t:t + 1])
+            for t in range(x.shape[0]):
+                y, state, aux = core(x[t:t + 1], state, done[t:t + 1])
                 state = tuple(s.detach() for s in state)
                 ys.append(y)
                 aux_steps.append(aux)
             y = torch.cat(ys)
             aux = {k: torch.stack([a[k] for a in aux_steps]).mean() for k in aux_steps[0]}
         else:
-            y, state, aux = self.core(x, state, done)
+            y, state, aux = core(x, state, done)
         return y, state, aux
 
     @torch.no_grad()

@@ -410,3 +410,15 @@ def test_with_the_side_stream_a_weight_copy_and_the_loops_reads_wait_for_each_ot
     assert log == [(reads,), ("record", 1), ("wait", 1), ("copy",), ("record", 2),
                    ("wait", 2), (reads,), ("record", 3), ("wait", 3), ("copy",), ("record", 4)]
     server.workers.close()
+
+
+def test_a_separate_critic_trains_and_resumes_in_server_mode_and_actor_mode(tmp_path):
+    """``network.separate_critic``'s second core state rides through the server's state table,
+    the actors' buffers and the checkpoint; MNM's meta loss comes from both cores."""
+    run_dir = str(tmp_path / "critic")
+    flags = ("--network.separate_critic", "true")
+    first = train(config("mnm_p", run_dir, "--total_steps", "960", "--actor.inference", "server", *flags))
+    second = train(config("mnm_p", run_dir, "--total_steps", "1920", "--actor.inference", "actor", *flags))
+    assert first["step"] == 960 and second["step"] == 1920 and second["episodes"] > first["episodes"]
+    rows = read_csv(os.path.join(run_dir, "logs.csv"))
+    assert all(math.isfinite(r["aux_meta"]) and math.isfinite(r["aux_critic_meta"]) for r in rows)

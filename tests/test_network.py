@@ -85,3 +85,59 @@ def test_policy_init_scale_scales_the_first_policy_layer_and_nothing_else():
         torch.testing.assert_close(outputs[scale][1], default_baseline)
     cfg = load(["--core", "lstm", "--network.policy_init_scale", "0"])  # the config's option reaches the network
     assert not build_model(cfg, (6,), 4).policy.weight.any()
+
+
+def test_separate_critic_is_a_second_network_for_the_baseline():
+    """With ``separate_critic`` the logits are those of a plain network holding the policy's stem
+    and core, and the baseline those of a plain network holding the critic's (weights copied
+    over), through an episode reset; the value loss reaches no policy weight and the policy's
+    logits no critic weight; stepping one step at a time gives the sequence's numbers."""
+    torch.manual_seed(0)
+    options = dict(stem_options={"hidden_sizes": [8]}, popart={"step": 0.1, "min_sigma": 1e-4, "zero_init": False})
+    net = AgentNet((6,), 3, "lstm", {"hidden_size": 8}, separate_critic=True, **options)
+    T, B = 5, 2
+    obs, reward = torch.randn(T, B, 6), torch.randn(T, B)
+    action = torch.randint(0, 3, (T, B))
+    done = torch.zeros(T, B, dtype=torch.bool)
+    done[2, 1] = True
+    state = tuple(torch.randn_like(s) for s in net.initial_state(B))
+    assert len(state) == 2 * len(AgentNet((6,), 3, "lstm", {"hidden_size": 8}, **options).initial_state(B))
+    logits, baseline, final_state, _ = net(obs, reward, action, done, state)
+
+    half = len(state) // 2
+    for part, (stem, core), want in (("policy", (net.stem, net.core), logits),
+                                     ("critic", (net.critic_stem, net.critic_core), baseline)):
+        plain = AgentNet((6,), 3, "lstm", {"hidden_size": 8}, **options)
+        plain.stem.load_state_dict(stem.state_dict())
+        plain.core.load_state_dict(core.state_dict())
+        plain.policy.load_state_dict(net.policy.state_dict())
+        plain.baseline.load_state_dict(net.baseline.state_dict())
+        own = state[:half] if part == "policy" else state[half:]
+        got = plain(obs, reward, action, done, own)
+        torch.testing.assert_close(got[0] if part == "policy" else got[1], want)
+        for a, b in zip(got[2], final_state[:half] if part == "policy" else final_state[half:]):
+            torch.testing.assert_close(a, b)
+
+    baseline.sum().backward(retain_graph=True)
+    policy_side = [*net.stem.parameters(), *net.core.parameters(), *net.policy.parameters()]
+    assert all(p.grad is None or not p.grad.any() for p in policy_side)
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in net.critic_core.parameters())
+    net.zero_grad(set_to_none=True)
+    logits.sum().backward()
+    critic_side = [*net.critic_stem.parameters(), *net.critic_core.parameters()]
+    assert all(p.grad is None or not p.grad.any() for p in critic_side)
+    assert all(p.grad.abs().sum() > 0 for p in net.core.parameters())
+
+    step_state, steps = state, []
+    for t in range(T):
+        out = net(obs[t:t + 1], reward[t:t + 1], action[t:t + 1], done[t:t + 1], step_state)
+        steps.append(out[:2])
+        step_state = out[2]
+    torch.testing.assert_close(torch.cat([s[0] for s in steps]), logits)
+    torch.testing.assert_close(torch.cat([s[1] for s in steps]), baseline)
+    acted = net.act(obs[0], reward[0], action[0], done[0], state, sample=False)
+    torch.testing.assert_close(acted[1], logits[0])
+    assert len(acted[2]) == len(state)
+    cfg = load(["--core", "lstm", "--network.separate_critic", "true"])  # the config's option reaches the network
+    assert build_model(cfg, (6,), 4).critic_core is not None
+    assert build_model(load(["--core", "lstm"]), (6,), 4).critic_core is None
