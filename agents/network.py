@@ -221,7 +221,7 @@ class AgentNet(nn.Module):
         x_critic = torch.cat([self.critic_stem(obs.flatten(0, 1)).view(T, B, -1), *others], dim=-1)
         y_critic, critic_state, critic_aux = self._run_core(self.critic_core, x_critic, state[split:], done,
                                                             truncate_per_step)
-        aux.update({f"critic_{k}": v for k, v in critic_aux.items()})
+        aux = {**aux, **{f"critic_{k}": v for k, v in critic_aux.items()}}
         return torch.cat([y, y_critic], dim=-1), policy_state + critic_state, aux
 
     @staticmethod
