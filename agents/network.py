@@ -161,7 +161,8 @@ class AgentNet(nn.Module):
         self.core = make_core(core, core_input, **core_options)
         self.critic_stem = make_stem(stem, observation_shape, **(stem_options or {})) if separate_critic else None
         self.critic_core = make_core(core, core_input, **core_options) if separate_critic else None
-        self.policy_state_len = len(self.core.initial_state(1, "cpu"))  # where the critic's state starts
+        # where the critic's state starts in the state tuple
+        self.policy_state_len = len(self.core.initial_state(1, "cpu")) if separate_critic else None
         self.policy_torso = mlp(self.core.output_size, head_sizes, "tanh")
         self.baseline_torso = mlp(self.core.output_size, head_sizes, "tanh")
         width = head_sizes[-1] if head_sizes else self.core.output_size
