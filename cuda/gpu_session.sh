@@ -26,7 +26,8 @@
 #    The run lives in /tmp/atari_run, which a warm machine keeps between calls (it goes back
 #    after 30 s idle): `TRAIN_ONLY=1 TRAIN_S=340 bash cuda/gpu_session.sh` (timeout_s=390), called
 #    at once after the first call, skips steps 1-3 and resumes the run for another TRAIN_S seconds
-#    (2026-11-28: 1.17M to 2.28M steps, Pong -18.7 to -9.9; both calls took 848 s of the 900).
+#    (2026-11-28: 1.17M to 2.28M steps, Pong -18.7 to -9.9, then 1.23M to 2.61M, -16.9 to +0.7;
+#    both calls took 848 s of the 900 each time).
 # The kernels have not changed since they passed every test on the H100 (2026-11-25); their
 # checks are `TRITON_INTERPRET=0 python -m pytest -n 8 tests/test_kernels.py tests/test_dispatch.py`
 # and `python cuda/smoke.py --quick`, for a session whose change touches fastnet/kernels.
@@ -82,3 +83,6 @@ step atari_training "$TRAIN_S" python3 launch/atari.py --game Pong --core delta 
   --run.total_steps 200000000 --run.run_dir /tmp/atari_run --run.resume true --log.tensorboard false --log.print_every_s 15
 cat /tmp/pyspy.txt
 cp /tmp/atari_run/logs.csv "$OUT/atari_logs.csv"  # the curve is what comes back; the run stays for TRAIN_ONLY=1
+# the resumed call's checkpoint comes back too (12.2 MB; a returned file may have 16 MiB), to be
+# evaluated on any machine: python launch/evaluate.py atari_checkpoint.pt --runs 1 --episodes 10
+if [ -n "${TRAIN_ONLY:-}" ]; then cp /tmp/atari_run/checkpoint.pt "$OUT/atari_checkpoint.pt"; fi
