@@ -133,43 +133,46 @@ STEM_NETWORKS: dict[str, type[NetworkConfig]] = {c.stem: c for c in (MLPNetworkC
 
 
 class AgentNet(nn.Module):
-    """stem -> core (``fastnet.make_core``) -> policy logits and baseline: each head a Linear + tanh
-    layer per ``head_sizes`` (none by default), then a linear output (the baseline's a
-    :class:`agents.popart.PopArt` head of the options ``popart`` when they are given: its ``step``,
-    ``min_sigma`` and ``zero_init``). ``action_sizes`` is a Discrete space's n, or a MultiDiscrete
-    space's sizes, whose components the policy draws independently (:class:`agents.actions.ActionSpace`).
+    """stem -> core (``fastnet.make_core``) -> policy logits and baseline, as the section
+    ``network`` (an MLP stem of 64 units by default) and the core ``core`` of ``core_options``
+    make them. Each head is a Linear + tanh layer per ``network.head_sizes`` (none by default),
+    then a linear output (the baseline's a :class:`agents.popart.PopArt` head of the options
+    ``popart`` when they are given: its ``step``, ``min_sigma`` and ``zero_init``).
+    ``action_sizes`` is a Discrete space's n, or a MultiDiscrete space's sizes, whose components
+    the policy draws independently (:class:`agents.actions.ActionSpace`).
 
-    The policy's output layer starts at ``policy_init_scale`` times PyTorch's initialisation:
-    Andrychowicz et al. (2021) count a 100× smaller last policy layer, whose first policy is near
-    uniform, among the choices that matter most for PPO.
+    The policy's output layer starts at ``network.policy_init_scale`` times PyTorch's
+    initialisation: Andrychowicz et al. (2021) count a 100× smaller last policy layer, whose first
+    policy is near uniform, among the choices that matter most for PPO.
 
-    With ``separate_critic`` the baseline reads a second stem and core of the same options, whose
-    state rides after the policy core's in the state tuple (sb3-contrib's RecurrentPPO gives its
-    critic an LSTM of its own; Andrychowicz et al. 2021 find separate policy and value networks
+    With ``network.separate_critic`` the baseline reads a second stem and core of the same options,
+    whose state rides after the policy core's in the state tuple (sb3-contrib's RecurrentPPO gives
+    its critic an LSTM of its own; Andrychowicz et al. 2021 find separate policy and value networks
     better on most of their tasks). The core's outputs y are then the two cores' side by side."""
 
     def __init__(self, observation_shape: tuple[int, ...], action_sizes: int | Sequence[int], core: str,
-                 core_options: dict[str, Any], *, stem: str = "mlp", stem_options: dict[str, Any] | None = None,
-                 reward_clip: float | None = None, prev_action: bool = True, popart: dict[str, Any] | None = None,
-                 head_sizes: Sequence[int] = (), policy_init_scale: float = 1.0, separate_critic: bool = False):
+                 core_options: dict[str, Any], *, network: NetworkConfig | None = None,
+                 popart: dict[str, Any] | None = None):
         super().__init__()
+        network = network or MLPNetworkConfig()
         self.action_space = ActionSpace((action_sizes,) if isinstance(action_sizes, int) else tuple(action_sizes))
         self.num_actions, self.num_logits = self.action_space.num_actions, self.action_space.num_logits
-        self.reward_clip, self.prev_action = reward_clip, prev_action
-        self.stem = make_stem(stem, observation_shape, **(stem_options or {}))
-        core_input = self.stem.output_size + 1 + (self.num_logits if prev_action else 0)
+        self.reward_clip, self.prev_action = network.reward_clip, network.prev_action
+        self.stem = make_stem(network.stem, observation_shape, **network.stem_options())
+        core_input = self.stem.output_size + 1 + (self.num_logits if self.prev_action else 0)
         self.core = make_core(core, core_input, **core_options)
-        self.critic_stem = make_stem(stem, observation_shape, **(stem_options or {})) if separate_critic else None
-        self.critic_core = make_core(core, core_input, **core_options) if separate_critic else None
+        separate = network.separate_critic
+        self.critic_stem = make_stem(network.stem, observation_shape, **network.stem_options()) if separate else None
+        self.critic_core = make_core(core, core_input, **core_options) if separate else None
         # where the critic's state starts in the state tuple
-        self.policy_state_len = len(self.core.initial_state(1, "cpu")) if separate_critic else None
-        self.policy_torso = mlp(self.core.output_size, head_sizes, "tanh")
-        self.baseline_torso = mlp(self.core.output_size, head_sizes, "tanh")
-        width = head_sizes[-1] if head_sizes else self.core.output_size
+        self.policy_state_len = len(self.core.initial_state(1, "cpu")) if separate else None
+        self.policy_torso = mlp(self.core.output_size, network.head_sizes, "tanh")
+        self.baseline_torso = mlp(self.core.output_size, network.head_sizes, "tanh")
+        width = network.head_sizes[-1] if network.head_sizes else self.core.output_size
         self.policy = nn.Linear(width, self.num_logits)
         with torch.no_grad():
-            self.policy.weight.mul_(policy_init_scale)
-            self.policy.bias.mul_(policy_init_scale)
+            self.policy.weight.mul_(network.policy_init_scale)
+            self.policy.bias.mul_(network.policy_init_scale)
         self.baseline = nn.Linear(width, 1) if popart is None else PopArt(width, **popart)
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:

@@ -153,10 +153,7 @@ def check_config(cfg: TrainConfig, device_type: str = "cpu") -> None:
 
 
 def build_model(cfg: TrainConfig, observation_shape: tuple[int, ...], action_sizes: int | tuple[int, ...]) -> AgentNet:
-    return AgentNet(observation_shape, action_sizes, cfg.core.name, options(cfg.core), stem=cfg.network.stem,
-                    stem_options=cfg.network.stem_options(), reward_clip=cfg.network.reward_clip,
-                    prev_action=cfg.network.prev_action, head_sizes=cfg.network.head_sizes,
-                    policy_init_scale=cfg.network.policy_init_scale, separate_critic=cfg.network.separate_critic,
-                    popart={"step": cfg.loss.popart_step, "min_sigma": cfg.loss.popart_min_sigma,
-                            "zero_init": cfg.loss.popart_zero_init} if cfg.loss.popart
-                    else None)
+    popart = {"step": cfg.loss.popart_step, "min_sigma": cfg.loss.popart_min_sigma,
+              "zero_init": cfg.loss.popart_zero_init} if cfg.loss.popart else None
+    return AgentNet(observation_shape, action_sizes, cfg.core.name, options(cfg.core), network=cfg.network,
+                    popart=popart)

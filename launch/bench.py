@@ -182,7 +182,7 @@ def bench_atari(args: argparse.Namespace) -> None:
     from ale_py.vector_env import AtariVectorEnv
 
     import envs
-    from agents.network import AgentNet
+    from agents.network import AgentNet, ResNetNetworkConfig
     from envs.atari import rom_id
 
     n, threads = args.num_envs, args.threads or len(os.sched_getaffinity(0))
@@ -213,8 +213,8 @@ def bench_atari(args: argparse.Namespace) -> None:
     models = {}
     for core in args.cores:
         torch.manual_seed(0)
-        models[core] = AgentNet((4, 84, 84), num_actions, core, {}, stem="resnet", reward_clip=1.0,
-                                prev_action=False).eval()
+        models[core] = AgentNet((4, 84, 84), num_actions, core, {},
+                                network=ResNetNetworkConfig(reward_clip=1.0, prev_action=False)).eval()
 
         def actor_mode(core: str = core) -> float:
             model = models[core]

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import envs
-from agents.network import AgentNet, make_stem
+from agents.network import AgentNet, ResNetNetworkConfig, make_stem
 from launch import atari
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -274,7 +274,8 @@ def test_nature_stem_in_bfloat16_is_the_float32_stem_to_bfloat16_precision():
 def test_parameter_counts_match_the_papers(core, prev_action, num_actions):
     """Whole agent (stem + core + heads), with the Atari config's input [features; clipped reward]
     (prev_action False) and also with the one-hot previous action of 18 actions added."""
-    model = AgentNet((4, 84, 84), num_actions, core, {}, stem="resnet", reward_clip=1.0, prev_action=prev_action)
+    model = AgentNet((4, 84, 84), num_actions, core, {},
+                     network=ResNetNetworkConfig(reward_clip=1.0, prev_action=prev_action))
     count = sum(p.numel() for p in model.parameters())
     assert abs(count - PAPER_PARAMS[core]) <= 0.05 * PAPER_PARAMS[core], (core, count)
 
@@ -285,7 +286,7 @@ def test_reward_clipping_happens_only_in_the_learner():
     cfg = load_config(["--core", "ff"])
     assert cfg.network.reward_clip == 1.0
     torch.manual_seed(0)
-    model = AgentNet((4, 84, 84), 6, "ff", {}, stem="resnet", reward_clip=1.0, prev_action=False)
+    model = AgentNet((4, 84, 84), 6, "ff", {}, network=ResNetNetworkConfig(reward_clip=1.0, prev_action=False))
     T, B = 5, 2
     batch = {"obs": torch.randint(0, 256, (T + 1, B, 4, 84, 84), dtype=torch.uint8),
              "done": torch.zeros(T + 1, B, dtype=torch.bool), "action": torch.randint(0, 6, (T + 1, B)),
@@ -341,8 +342,7 @@ def test_cpu_recipe_loads_and_its_batches_add_up():
     assert cfg.network.bf16
     assert cfg.env.sticky_action_prob == 0.0 and cfg.env.noop_max == 30  # CleanRL's Pong; evaluated with 0.25
     assert cfg.run.total_steps == 2_500_000 and cfg.checkpoint.milestones == [1_000_000, 2_500_000]
-    model = AgentNet((4, 84, 84), 6, cfg.core.name, {}, stem=cfg.network.stem, stem_options=cfg.network.stem_options(),
-                     reward_clip=1.0, prev_action=False)
+    model = AgentNet((4, 84, 84), 6, cfg.core.name, {}, network=cfg.network)
     assert model.stem.output_size == 512
 
 

@@ -1,4 +1,5 @@
-"""The code's layout: no import cycles among the packages, and a README that names every core."""
+"""The code's layout: no import cycles among the packages, narrow signatures, and a README that
+names every core."""
 from __future__ import annotations
 
 import ast
@@ -80,6 +81,47 @@ def test_the_walk_finds_a_cycle_through_a_function_local_import(tmp_path):
     assert find_cycle(graph) == ["pkg.a", "pkg.sub", "pkg.sub.b", "pkg.a"]
     (tmp_path / "pkg" / "sub" / "b.py").write_text("def f():\n    return 1\n")
     assert find_cycle(module_graph(tmp_path, "pkg")) is None
+
+
+MAX_PARAMETERS = 10  # issue 43: no non-kernel function takes more
+# Triton kernels, their autograd Functions and the references that mirror their tensor arguments
+KERNEL_DIRS = ("fastnet/kernels",)
+
+
+def wide_functions(root: Path, *packages: str) -> list[str]:
+    """``file:function (n)`` for each function of ``packages`` (outside :data:`KERNEL_DIRS`, and not
+    a Numba kernel: decorated ``njit`` or ``jit``) that takes more than :data:`MAX_PARAMETERS`
+    parameters, ``self`` and ``cls`` not counted."""
+    wide = []
+    for path in (p for package in packages for p in sorted((root / package).rglob("*.py"))):
+        name = path.relative_to(root).as_posix()
+        if name.startswith(KERNEL_DIRS):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), name)):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            decorators = {ast.unparse(d.func if isinstance(d, ast.Call) else d).rpartition(".")[2]
+                          for d in node.decorator_list}
+            params = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+            count = len([p for p in params if p.arg not in ("self", "cls")])
+            if count > MAX_PARAMETERS and not decorators & {"njit", "jit"}:
+                wide.append(f"{name}:{node.name} ({count})")
+    return sorted(wide)
+
+
+def test_no_function_outside_the_kernels_takes_more_than_ten_parameters():
+    assert wide_functions(ROOT, *PACKAGES, "cuda") == []
+
+
+def test_the_signature_check_counts_parameters_and_skips_numba_kernels(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    ten = ", ".join(f"a{i}" for i in range(10))
+    (tmp_path / "pkg" / "m.py").write_text(
+        f"class C:\n    def ok(self, {ten}):\n        pass\n\n"  # ten and self
+        f"    def wide(self, {ten}, *, b=1):\n        pass\n\n"
+        f"@njit(cache=True)\ndef kernel({ten}, b, c):\n    pass\n\n"
+        f"def wider({ten}, b, c):\n    pass\n")
+    assert wide_functions(tmp_path, "pkg") == ["pkg/m.py:wide (11)", "pkg/m.py:wider (12)"]
 
 
 def test_the_acting_side_does_not_import_the_learning_side():

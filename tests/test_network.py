@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.network import AgentNet, make_stem
+from agents.network import AgentNet, MLPNetworkConfig, make_stem
 from agents.run_config import build_model
 from launch.maze import load
 
@@ -22,7 +22,7 @@ def test_mlp_stem_scales_uint8_and_rejects_unknown():
 
 def test_previous_reward_and_action_are_zeroed_at_episode_start():
     torch.manual_seed(0)
-    net = AgentNet((10,), 4, "ff", {}, stem_options={"hidden_sizes": [8]}, reward_clip=1.0)
+    net = AgentNet((10,), 4, "ff", {}, network=MLPNetworkConfig(hidden_sizes=[8], reward_clip=1.0))
     obs = torch.rand(1, 2, 10).expand(1, 2, 10)
     reward, action = torch.tensor([[5.0, -3.0]]), torch.tensor([[1, 2]])
     done = torch.tensor([[True, False]])
@@ -48,7 +48,7 @@ def test_head_sizes_put_a_tanh_layer_before_each_head():
     """``head_sizes`` gives the policy and the baseline each their own Linear + tanh layers
     (computed here by hand); none by default, where the heads read the core's output directly."""
     torch.manual_seed(0)
-    net = AgentNet((6,), 3, "ff", {}, stem_options={"hidden_sizes": [8]}, head_sizes=[5])
+    net = AgentNet((6,), 3, "ff", {}, network=MLPNetworkConfig(hidden_sizes=[8], head_sizes=[5]))
     obs, reward = torch.randn(2, 4, 6), torch.zeros(2, 4)
     action, done = torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 4, dtype=torch.bool)
     logits, baseline, _, _ = net(obs, reward, action, done, ())
@@ -60,7 +60,7 @@ def test_head_sizes_put_a_tanh_layer_before_each_head():
     assert not torch.allclose(hidden_pi, hidden_v)  # two torsos, not one shared
     acted_logits = net.act(obs[0], reward[0], action[0], done[0], ())[1]
     assert torch.allclose(acted_logits, logits[0])
-    plain = AgentNet((6,), 3, "ff", {}, stem_options={"hidden_sizes": [8]})
+    plain = AgentNet((6,), 3, "ff", {}, network=MLPNetworkConfig(hidden_sizes=[8]))
     assert not any(k.startswith(("policy_torso", "baseline_torso")) for k in plain.state_dict())
     assert plain.policy.in_features == plain.core.output_size
 
@@ -75,7 +75,8 @@ def test_policy_init_scale_scales_the_first_policy_layer_and_nothing_else():
     outputs = {}
     for scale in (1.0, 0.01, 0.0):
         torch.manual_seed(0)
-        net = AgentNet((6,), 4, "lstm", {"hidden_size": 8}, stem_options={"hidden_sizes": [8]}, policy_init_scale=scale)
+        net = AgentNet((6,), 4, "lstm", {"hidden_size": 8},
+                       network=MLPNetworkConfig(hidden_sizes=[8], policy_init_scale=scale))
         outputs[scale] = net(obs, reward, action, done, net.initial_state(2))[:2]
     default_logits, default_baseline = outputs[1.0]
     assert default_logits.abs().min() > 1e-4
@@ -93,8 +94,10 @@ def test_separate_critic_is_a_second_network_for_the_baseline():
     over), through an episode reset; the value loss reaches no policy weight and the policy's
     logits no critic weight; stepping one step at a time gives the sequence's numbers."""
     torch.manual_seed(0)
-    options = dict(stem_options={"hidden_sizes": [8]}, popart={"step": 0.1, "min_sigma": 1e-4, "zero_init": False})
-    net = AgentNet((6,), 3, "lstm", {"hidden_size": 8}, separate_critic=True, **options)
+    popart = {"step": 0.1, "min_sigma": 1e-4, "zero_init": False}
+    options = dict(network=MLPNetworkConfig(hidden_sizes=[8]), popart=popart)
+    net = AgentNet((6,), 3, "lstm", {"hidden_size": 8}, popart=popart,
+                   network=MLPNetworkConfig(hidden_sizes=[8], separate_critic=True))
     T, B = 5, 2
     obs, reward = torch.randn(T, B, 6), torch.randn(T, B)
     action = torch.randint(0, 3, (T, B))
