@@ -24,6 +24,7 @@ from jsonargparse import ArgumentParser, set_parsing_settings
 
 from agents.errors import ConfigError
 from agents.files import atomic_write_text
+from fastnet.options import unknown_choice
 
 C = TypeVar("C")
 
@@ -54,9 +55,9 @@ def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], def
         name = flag_value(argv, key)
         if name is None:
             name = (deep_merge(defaults, user).get(section) or {}).get(fields[section])
-        if name not in choices:  # a core by its section's name, a stem by its key's
-            kind = section if fields[section] == "name" else fields[section]
-            raise ConfigError(f"--{key}: unknown {kind} {name!r}; choose one of: {', '.join(choices)}")
+        kind = section if fields[section] == "name" else fields[section]  # a core by its section, a stem by its key
+        if problem := unknown_choice(name, choices, kind=kind):
+            raise ConfigError(f"--{key}: {problem}")
         names[section] = name
     schema = make_schema(names)
     renamed = getattr(schema, "renamed", {})

@@ -23,7 +23,7 @@ from agents.nature_cnn import NatureStem, ShallowStem
 from agents.popart import PopArt
 from agents.resnet import ResNetStem
 from fastnet import make_core
-from fastnet.options import check_options
+from fastnet.options import check_choice, check_options
 from fastnet.state import State
 
 
@@ -68,8 +68,7 @@ def make_stem(name: str, observation_shape: tuple[int, ...], **cfg: Any) -> nn.M
     A stem maps obs [N, *observation_shape] to features [N, stem.output_size].
     """
     stems = {"mlp": MLPStem, "resnet": ResNetStem, "nature": NatureStem, "shallow": ShallowStem}
-    if name not in stems:
-        raise ValueError(f"unknown stem {name!r}; valid stems: {', '.join(stems)}")
+    check_choice(name, stems, kind="stem")
     cls = stems[name]
     check_options(cfg, (f.name for f in dataclasses.fields(cls.Config)), kind="stem", name=name)
     return cls(tuple(observation_shape), cls.Config(**cfg))

@@ -19,7 +19,7 @@ from typing import Any
 
 import gymnasium
 
-from fastnet.options import check_options
+from fastnet.options import check_choice, check_options
 
 ENVS: dict[str, str] = {
     "maze": "envs.maze:Maze",
@@ -37,8 +37,7 @@ if "DeltaBeast/Maze-v0" not in gymnasium.registry:
 
 def env_class(name: str) -> type:
     """The class registered under ``name``; ValueError lists the valid names."""
-    if name not in ENVS:
-        raise ValueError(f"unknown env {name!r}; valid envs: {', '.join(ENVS)}")
+    check_choice(name, ENVS, kind="env")
     module, cls_name = ENVS[name].split(":")
     return getattr(importlib.import_module(module), cls_name)
 

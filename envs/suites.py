@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from fastnet.options import check_choice
+
 
 @dataclass(frozen=True)
 class SuiteEnv:
@@ -116,8 +118,7 @@ HELD_OUT_ENVS = ("popgym_more/HigherLowerEasy", "popgym_more/ConcentrationEasy",
 
 def suite(name: str) -> tuple[SuiteEnv, ...]:
     """The envs of suite ``name``; ``ValueError`` listing the suites for an unknown one."""
-    if name not in SUITES:
-        raise ValueError(f"unknown suite {name!r}; valid suites: {', '.join(SUITES)}")
+    check_choice(name, SUITES, kind="suite")
     return SUITES[name]
 
 

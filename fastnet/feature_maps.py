@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fastnet.options import check_choice
+
 FeatureMapName = Literal["elu", "dpfp", "favor", "softmax", "tanh", "identity"]
 FEATURE_MAPS = ("elu", "dpfp", "favor", "softmax", "tanh", "identity")
 
@@ -62,8 +64,7 @@ class FeatureMap(nn.Module):
     def __init__(self, name: FeatureMapName, head_dim: int, dpfp_nu: int = 1, favor_features: int = 32,
                  normalisation: NormalisationName = "none"):
         super().__init__()
-        if name not in FEATURE_MAPS:
-            raise ValueError(f"unknown feature map {name!r}; choose one of {list(FEATURE_MAPS)}")
+        check_choice(name, FEATURE_MAPS, kind="feature map")
         if normalisation not in ("sum", "attention", "none"):
             raise ValueError(f"unknown normalisation {normalisation!r}; choose sum, attention or none")
         if normalisation != "none" and name not in POSITIVE_FEATURE_MAPS:

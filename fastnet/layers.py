@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from fastnet.feature_maps import FeatureMap
 from fastnet.kernels.srwm.pytorch import srwm_rows
+from fastnet.options import check_choice
 from fastnet.recurrent import delta_lstm_step, delta_rnn_sequence, rec_delta_sequence, srwm_sequence
 from fastnet.rules import RuleName, fast_weight_sequence, householder_sequence
 from fastnet.state import State, reset_state, reset_steps
@@ -34,8 +35,7 @@ class FastWeightLayer(nn.Module):
     def __init__(self, hidden_size: int, num_heads: int, head_dim: int, update_rule: str,
                  feature_map: str, normalisation: str, dpfp_nu: int, favor_features: int):
         super().__init__()
-        if update_rule not in typing.get_args(RuleName):
-            raise ValueError(f"unknown update rule {update_rule!r}; choose one of {list(typing.get_args(RuleName))}")
+        check_choice(update_rule, typing.get_args(RuleName), kind="update rule")
         self.H, self.d, self.rule, self.normalisation = num_heads, head_dim, update_rule, normalisation
         self.phi = FeatureMap(feature_map, head_dim, dpfp_nu, favor_features, normalisation)
         self.has_beta = update_rule != "sum"

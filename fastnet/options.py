@@ -1,8 +1,22 @@
-"""Keyword options checked against what a builder accepts: the one check behind ``make_core``,
-``agents.network.make_stem`` and ``envs.make``, so every unknown option gets the same line."""
+"""Names and keyword options checked against what a builder accepts: the one check of each kind
+behind the registries (cores, envs, tasks, stems, suites, update rules, feature maps), so every
+unknown name or option gets the same line."""
 from __future__ import annotations
 
 from typing import Any, Iterable
+
+
+def unknown_choice(name: Any, valid: Iterable[str], *, kind: str) -> str | None:
+    """None if ``name`` is one of ``valid``; else the line naming it and the valid ones
+    ("unknown core 'x'; valid cores: lstm, delta, ...")."""
+    valid = list(valid)
+    return None if name in valid else f"unknown {kind} {name!r}; valid {kind}s: {', '.join(valid)}"
+
+
+def check_choice(name: Any, valid: Iterable[str], *, kind: str) -> None:
+    """ValueError with :func:`unknown_choice`'s line unless ``name`` is one of ``valid``."""
+    if problem := unknown_choice(name, valid, kind=kind):
+        raise ValueError(problem)
 
 
 def check_options(options: dict[str, Any], valid: Iterable[str], *, kind: str, name: str) -> None:

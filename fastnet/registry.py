@@ -23,7 +23,7 @@ from typing import Any
 
 from torch import nn
 
-from fastnet.options import check_options
+from fastnet.options import check_choice, check_options
 
 CORES: dict[str, str] = {
     "ff": "fastnet.cores:FeedForwardCore",
@@ -43,8 +43,7 @@ CORES: dict[str, str] = {
 
 def core_class(name: str) -> type[nn.Module]:
     """The class registered under ``name``; ValueError lists the valid names."""
-    if name not in CORES:
-        raise ValueError(f"unknown core {name!r}; valid cores: {', '.join(CORES)}")
+    check_choice(name, CORES, kind="core")
     module, cls = CORES[name].split(":")
     return getattr(importlib.import_module(module), cls)
 

@@ -27,6 +27,7 @@ from fastnet.kernels.dispatch import use_triton
 from fastnet.kernels.fast_weight import pytorch
 from fastnet.kernels.fast_weight.pytorch import FastWeightSequence
 from fastnet.kernels.ops import CHUNK_MIN_T, supported
+from fastnet.options import check_choice
 
 RuleName = Literal["sum", "delta", "gated"]
 RULES = ("sum", "delta", "gated")
@@ -52,8 +53,7 @@ def fast_weight_sequence(
     Returns:
         y [T,B,H,dv] with y_t = W_t q_t, and the final state W_T.
     """
-    if rule not in RULES:
-        raise ValueError(f"unknown update rule {rule!r}; choose one of {list(RULES)}")
+    check_choice(rule, RULES, kind="update rule")
     T, B, H, dk = k.shape
     dv = v.shape[-1]
     if beta is None:

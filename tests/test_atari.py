@@ -360,7 +360,7 @@ def test_stem_is_chosen_by_name_and_saved_configs_read_back():
     old = to_dict(resnet)
     del old["network"]["stem"]  # a checkpoint from before network.stem was selectable
     assert config_from_dict(old, "test") == resnet
-    with pytest.raises(ConfigError, match="unknown stem 'vgg'; choose one of: resnet, nature, shallow"):
+    with pytest.raises(ConfigError, match="unknown stem 'vgg'; valid stems: resnet, nature, shallow"):
         load_config(["--network.stem", "vgg"])
     with pytest.raises(ConfigError, match="num_blocks"):
         load_config(["--network.stem", "nature", "--network.num_blocks", "3"])

@@ -119,9 +119,9 @@ def test_unknown_core_lists_choices():
 
 
 @pytest.mark.parametrize("options,match", [
-    (dict(feature_map="relu"), "choose one of"),
+    (dict(feature_map="relu"), "unknown feature map 'relu'; valid feature maps: elu, dpfp, favor"),
     (dict(heads=4), "valid options"),
-    (dict(update_rule="hebb"), "'sum', 'delta', 'gated'"),
+    (dict(update_rule="hebb"), "unknown update rule 'hebb'; valid update rules: sum, delta, gated"),
     (dict(normalisation=True), "choose sum, attention or none"),
     (dict(hidden_size=0), "positive"),
 ])

@@ -35,7 +35,7 @@ def test_the_defaults_name_the_run_after_the_env_and_stems_are_selectable():
     nature = train.load(["--network.stem", "nature", "--env.id", "ale_py:ALE/Pong-v5"])
     assert (nature.network.stem, nature.network.output_size) == ("nature", 512)
     with pytest.raises(ConfigError,
-                       match="--network.stem: unknown stem 'conv'; choose one of: mlp, resnet, nature, shallow"):
+                       match="--network.stem: unknown stem 'conv'; valid stems: mlp, resnet, nature, shallow"):
         train.load(["--network.stem", "conv"])
 
 

@@ -13,6 +13,7 @@ from envs.tasks.language_model import LanguageModel
 from envs.tasks.listops import ListOps
 from envs.tasks.mnm import DictionaryInference, DoubleCopy, PrioritySort
 from envs.tasks.retrieval import AssociativeRetrieval
+from fastnet.options import check_choice
 
 TASKS = {
     "retrieval1": (AssociativeRetrieval, {"setting": 1}),
@@ -30,8 +31,7 @@ TASKS = {
 
 def make_task(name: str, seed: int = 0, **options) -> Task:
     """Build task ``name``; ``options`` override the generator's defaults (e.g. num_keys=4)."""
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
+    check_choice(name, TASKS, kind="task")
     cls, defaults = TASKS[name]
     return cls(seed=seed, **{**defaults, **options})
 

@@ -29,6 +29,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fastnet.options import check_choice
+
 SPLITS = ("train", "valid", "test")
 MAX_REJECTED_DRAWS = 10_000  # draws in a row that repeat an example before a split gives up
 
@@ -156,8 +158,7 @@ class Task:
 
     def split(self, name: str) -> list[Example]:
         """The (cached) examples of split ``name``; reproducible from the seed."""
-        if name not in SPLITS:
-            raise ValueError(f"unknown split {name!r}; choose one of {SPLITS}")
+        check_choice(name, SPLITS, kind="split")
         if name not in self._splits:
             size = self.sizes[name]
             if size is None:
