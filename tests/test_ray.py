@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from agents.acting.ray_backend import RayTransport
-from agents.acting.transport import RayConfig
+from agents.acting.transport import ActorConfig, RayConfig
 from agents.errors import ActorError, ConfigError
 from agents.learning.learner import train
 from agents.learning.logger import read_csv
@@ -56,8 +56,9 @@ def test_hosts_stay_within_the_in_flight_bound_of_a_slow_learner(local_ray, unro
     model = build_model(cfg, (10,), 4)  # the maze's observation and actions
     from agents.config import to_dict
 
-    transport = RayTransport(to_dict(cfg), model, num_hosts=2, envs_per_host=8, unrolls_per_batch=1, seeds=[0, 1],
-                             ray_cfg=RayConfig(max_in_flight=2, unrolls_per_call=unrolls_per_call))
+    transport = RayTransport(model, run_config=to_dict(cfg), actor=ActorConfig(num_actors=2, envs_per_actor=8),
+                             ray_config=RayConfig(max_in_flight=2, unrolls_per_call=unrolls_per_call),
+                             unrolls_per_batch=1, seeds=[0, 1])
     taken, most_in_flight = 0, 0
     with transport:
         for _ in range(8):
@@ -65,7 +66,8 @@ def test_hosts_stay_within_the_in_flight_bound_of_a_slow_learner(local_ray, unro
             assert batch["obs"].shape[:2] == (11, 8)
             taken += 1
             time.sleep(0.3)
-            most_in_flight = max(most_in_flight, *(transport.in_flight(h) for h in range(2)))
+            in_flight_per_host = [sum(h == host for h, _ in transport.pending.values()) for host in range(2)]
+            most_in_flight = max(most_in_flight, *in_flight_per_host)
         in_flight, carried = len(transport.pending), len(transport.carried)
         made = sum(w["unrolls_done"] for w in ray.get([h.where.remote() for h in transport.hosts]))
     assert most_in_flight == 2 and in_flight == 4
@@ -118,8 +120,9 @@ def _scripted_transport(monkeypatch, outcomes: list, max_restarts: int = 0) -> t
 
     monkeypatch.setattr(ray, "get", get)
     host = _FakeHost()
-    transport = RayTransport({}, torch.nn.Linear(1, 1), num_hosts=1, envs_per_host=1, unrolls_per_batch=1, seeds=[0],
-                             ray_cfg=RayConfig(max_in_flight=1, max_restarts=max_restarts), log=lambda line: None)
+    transport = RayTransport(torch.nn.Linear(1, 1), run_config={}, actor=ActorConfig(num_actors=1, envs_per_actor=1),
+                             ray_config=RayConfig(max_in_flight=1, max_restarts=max_restarts), unrolls_per_batch=1,
+                             seeds=[0], log=lambda line: None)
     transport.hosts = [host]
     transport._submit(0)
     return transport, host
@@ -159,8 +162,8 @@ def test_ray_hosts_carry_the_values_of_cut_episodes(local_ray):
     cfg = schema(env=section("env", "gym")(id="CartPole-v1", max_episode_steps=4))
     cfg.core.hidden_size, cfg.actor.unroll_length = 8, 9
     model = build_model(cfg, (4,), 2)
-    transport = RayTransport(to_dict(cfg), model, num_hosts=1, envs_per_host=2, unrolls_per_batch=1, seeds=[0],
-                             ray_cfg=RayConfig())
+    transport = RayTransport(model, run_config=to_dict(cfg), actor=ActorConfig(num_actors=1, envs_per_actor=2),
+                             ray_config=RayConfig(), unrolls_per_batch=1, seeds=[0])
     with transport:
         batch = transport.get_batch()
     cut = batch["done"] & (batch["episode_length"] == 4)
@@ -177,8 +180,8 @@ def test_ray_hosts_act_in_a_multidiscrete_space(local_ray):
     cfg = rl_schema("gym", "lstm")(env=section("env", "gym")(id="popgym:popgym-MineSweeperEasy-v0"))
     cfg.core.hidden_size = 8
     model = build_model(cfg, (3,), (4, 4))
-    transport = RayTransport(to_dict(cfg), model, num_hosts=1, envs_per_host=2, unrolls_per_batch=1, seeds=[0],
-                             ray_cfg=RayConfig())
+    transport = RayTransport(model, run_config=to_dict(cfg), actor=ActorConfig(num_actors=1, envs_per_actor=2),
+                             ray_config=RayConfig(), unrolls_per_batch=1, seeds=[0])
     with transport:
         batch = transport.get_batch()
     assert batch["logits"].shape[-1] == 8 and 0 <= batch["action"].min() and batch["action"].max() < 16

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.acting.transport import Batch, RayConfig, Transport
+from agents.acting.transport import ActorConfig, Batch, RayConfig, Transport
 from agents.errors import ActorError, ConfigError, RunFailure, UserError
 
 # A host that Ray is restarting answers calls at once with ActorUnavailableError: such calls are made
@@ -145,11 +145,14 @@ class ActorHost:
 class RayTransport(Transport):
     """The learner's side of the Ray backend (module docstring)."""
 
-    def __init__(self, config: dict[str, Any], model: nn.Module, *, num_hosts: int, envs_per_host: int,
-                 unrolls_per_batch: int, seeds: list[int], ray_cfg: RayConfig,
+    def __init__(self, model: nn.Module, *, run_config: dict[str, Any], actor: ActorConfig, ray_config: RayConfig,
+                 unrolls_per_batch: int, seeds: list[int],
                  log: Callable[[str], None] = lambda line: print(line, flush=True)):
-        self.config, self.num_hosts, self.envs_per_host = config, num_hosts, envs_per_host
-        self.unrolls_per_batch, self.seeds, self.cfg, self.log = unrolls_per_batch, seeds, ray_cfg, log
+        """``actor.num_actors`` hosts of ``actor.envs_per_actor`` envs each, built from ``run_config``
+        (the run's config as saved), the ``seeds`` one per host."""
+        self.run_config, self.num_hosts, self.envs_per_host = run_config, actor.num_actors, actor.envs_per_actor
+        self.unrolls_per_batch, self.seeds, self.ray_config, self.log = unrolls_per_batch, seeds, ray_config, log
+        num_hosts = self.num_hosts
         self.model = model
         self.hosts: list[Any] = []
         self.pending: dict[Any, tuple[int, int]] = {}  # object reference of an unroll call -> (host, call number)
@@ -174,21 +177,22 @@ class RayTransport(Transport):
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        self.owns_ray = init_ray(self.cfg.address)
-        self.placement_group = placement_group([{"CPU": self.cfg.cpus_per_host}] * self.num_hosts, strategy="SPREAD")
+        self.owns_ray = init_ray(self.ray_config.address)
+        cpus = self.ray_config.cpus_per_host
+        self.placement_group = placement_group([{"CPU": cpus}] * self.num_hosts, strategy="SPREAD")
         ready, _ = ray.wait([self.placement_group.ready()], timeout=120)
         if not ready:
-            raise ActorError(f"the Ray cluster cannot place {self.num_hosts} actor hosts of {self.cfg.cpus_per_host:g} "
+            raise ActorError(f"the Ray cluster cannot place {self.num_hosts} actor hosts of {cpus:g} "
                              f"CPU each (it has {ray.cluster_resources().get('CPU', 0):g} CPUs); use fewer "
                              "--num_actors, a smaller --ray.cpus_per_host, or more nodes")
         host_class = ray.remote(ActorHost)
         self.hosts = [host_class.options(
-            num_cpus=self.cfg.cpus_per_host, max_restarts=self.cfg.max_restarts, max_task_retries=0,
+            num_cpus=cpus, max_restarts=self.ray_config.max_restarts, max_task_retries=0,
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement_group, placement_group_bundle_index=i),
-        ).remote(self.config, self.envs_per_host, self.seeds[i]) for i in range(self.num_hosts)]
+        ).remote(self.run_config, self.envs_per_host, self.seeds[i]) for i in range(self.num_hosts)]
         self._put_weights()
         for host in range(self.num_hosts):
-            for _ in range(self.cfg.max_in_flight):
+            for _ in range(self.ray_config.max_in_flight):
                 self._submit(host)
 
     def _put_weights(self) -> None:
@@ -200,11 +204,8 @@ class RayTransport(Transport):
 
     def _submit(self, host: int) -> None:
         self.calls += 1
-        self.pending[self.hosts[host].unroll.remote(self.weights, self.version, self.cfg.unrolls_per_call)] = \
+        self.pending[self.hosts[host].unroll.remote(self.weights, self.version, self.ray_config.unrolls_per_call)] = \
             (host, self.calls)
-
-    def in_flight(self, host: int) -> int:
-        return sum(h == host for h, _ in self.pending.values())
 
     def get_batch(self, should_stop: Callable[[], bool] = lambda: False) -> Batch | None:
         """``unrolls_per_batch`` unrolls joined on the batch dim; each taken unroll's host is asked
@@ -270,7 +271,7 @@ class RayTransport(Transport):
             stuck = now - since > RESTART_TIMEOUT_S
         else:
             self.failures[host] += 1
-            stuck = self.failures[host] > (self.cfg.max_restarts + 1) * self.cfg.max_in_flight
+            stuck = self.failures[host] > (self.ray_config.max_restarts + 1) * self.ray_config.max_in_flight
         if stuck:
             raise ActorError(f"actor host {host} died and could not be restarted ({type(error).__name__}: "
                              f"{str(error).splitlines()[0] if str(error) else ''}); run the same command again to "
@@ -278,7 +279,7 @@ class RayTransport(Transport):
 
     def publish_weights(self, model: nn.Module) -> None:
         self.updates += 1
-        if self.updates % self.cfg.weights_every == 0:
+        if self.updates % self.ray_config.weights_every == 0:
             self._put_weights()
 
     def check(self) -> None:

@@ -165,8 +165,8 @@ def make_transport(cfg: TrainConfig, model: AgentNet, *, device: torch.device, e
     ``seed`` seeds the server's sampling."""
     actor, unrolls_per_batch = cfg.actor, cfg.learner.batch_size // cfg.actor.envs_per_actor
     if actor.backend == "ray":
-        return RayTransport(to_dict(cfg), model, num_hosts=actor.num_actors, envs_per_host=actor.envs_per_actor,
-                            unrolls_per_batch=unrolls_per_batch, seeds=envs.seeds, ray_cfg=cfg.ray)
+        return RayTransport(model, run_config=to_dict(cfg), actor=actor, ray_config=cfg.ray,
+                            unrolls_per_batch=unrolls_per_batch, seeds=envs.seeds)
     if cfg.actor.inference_mode(device.type) == "server":
         return InferenceServer(model, envs=envs, actor=actor, batch_size=cfg.learner.batch_size, device=device,
                                seed=seed)
