@@ -3,15 +3,14 @@
 ``PAPER_SCORES[step][game][core] = (mean, std)``: the mean and std of 5 run means, each over 30
 episodes. Games are Gymnasium names (``envs.atari.PAPER_GAMES``), cores the ``--core`` names:
 Feedforward ``ff``, LSTM ``lstm``, LT ``linear``, Delta Net ``delta``, RDN ``rec_delta``,
-Delta RNN ``delta_rnn``. Extracted from the appendix text (tests/data holds the two tables) by
-:func:`parse_appendix` (tests/test_evaluate.py checks the two agree). Two figures are read as the
+Delta RNN ``delta_rnn``. Extracted from the appendix text (tests/data holds the two tables;
+tests/test_evaluate.py parses them again and checks that the two agree). Two figures are read as the
 appendix prints them, typos included: Delta RNN on James Bond at 50M is "2,929.3", and the
 Delta Net on Zaxxon at 200M is printed "1,0523" (read as 10,523).
 """
 from __future__ import annotations
 
 import math
-import re
 
 # Row labels of the tables -> game names; column order -> core names.
 TABLE_ROWS: dict[str, str] = {
@@ -96,24 +95,3 @@ PAPER_SCORES: dict[int, dict[str, dict[str, tuple[float, float]]]] = {
         "Zaxxon": {"ff": (11960, 538), "lstm": (11619, 663), "linear": (7371, 932), "delta": (10523, 568), "rec_delta": (9126, 313), "delta_rnn": (11365, 678)},
     },
 }
-
-
-def _cell(text: str) -> tuple[float, float]:
-    text = re.sub(r"</?b>|\$|\\!|\{,\}|\\textbf\{|\\mathbf|\}|~", "", text)
-    mean, std = text.replace("\\pm", "±").replace(",", "").replace(" ", "").split("±")
-    return float(mean), float(std)
-
-
-def parse_appendix(text: str) -> dict[int, dict[str, dict[str, tuple[float, float]]]]:
-    """Tables 9 and 10 out of the appendix's text, in :data:`PAPER_SCORES`'s layout."""
-    out: dict[int, dict[str, dict[str, tuple[float, float]]]] = {}
-    for step, label in TABLE_OF_STEP.items():
-        table: dict[str, dict[str, tuple[float, float]]] = {}
-        for line in text[text.index(label + ":"):].split("\n")[1:]:
-            parts = line.split("\t")
-            if parts[0] in TABLE_ROWS and len(parts) == 1 + len(TABLE_COLUMNS):
-                table[TABLE_ROWS[parts[0]]] = {k: _cell(v) for k, v in zip(TABLE_COLUMNS, parts[1:])}
-            if len(table) == len(TABLE_ROWS):
-                break
-        out[step] = table
-    return out

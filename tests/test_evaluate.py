@@ -3,13 +3,14 @@ scripted policies, checked against independent computations, and the table layou
 from __future__ import annotations
 
 import os
+import re
 import statistics
 
 import numpy as np
 import pytest
 
 import envs
-from agents.atari_tables import PAPER_SCORES, paper_step, parse_appendix
+from agents.atari_tables import PAPER_SCORES, TABLE_COLUMNS, TABLE_OF_STEP, TABLE_ROWS, paper_step
 from launch import evaluate
 
 # The appendix's Tables 9 and 10 as text, to check the transcription in agents/atari_tables.py.
@@ -115,6 +116,28 @@ def test_protocol_on_atari_matches_independent_replays():
     summary = evaluate.summarize(out)
     means = [np.mean(r["scores"]) for r in out]
     assert summary["mean"] == pytest.approx(np.mean(means)) and summary["std"] == pytest.approx(np.std(means))
+
+
+def _cell(text: str) -> tuple[float, float]:
+    text = re.sub(r"</?b>|\$|\\!|\{,\}|\\textbf\{|\\mathbf|\}|~", "", text)
+    mean, std = text.replace("\\pm", "±").replace(",", "").replace(" ", "").split("±")
+    return float(mean), float(std)
+
+
+def parse_appendix(text: str) -> dict[int, dict[str, dict[str, tuple[float, float]]]]:
+    """Tables 9 and 10 out of the appendix's text, in ``PAPER_SCORES``'s layout: the reference the
+    typed table is checked against."""
+    out: dict[int, dict[str, dict[str, tuple[float, float]]]] = {}
+    for step, label in TABLE_OF_STEP.items():
+        table: dict[str, dict[str, tuple[float, float]]] = {}
+        for line in text[text.index(label + ":"):].split("\n")[1:]:
+            parts = line.split("\t")
+            if parts[0] in TABLE_ROWS and len(parts) == 1 + len(TABLE_COLUMNS):
+                table[TABLE_ROWS[parts[0]]] = {k: _cell(v) for k, v in zip(TABLE_COLUMNS, parts[1:])}
+            if len(table) == len(TABLE_ROWS):
+                break
+        out[step] = table
+    return out
 
 
 def test_paper_scores_are_the_appendix_tables():
