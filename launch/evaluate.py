@@ -32,6 +32,7 @@ still given), ``none`` takes those away too (every step is played as an episode'
 from __future__ import annotations
 
 import glob
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -381,9 +382,18 @@ def load(argv: list[str]) -> Any:
     for name, allowed in (("memory", MEMORY_ABLATIONS), ("ddof", ("0", "1"))):
         if (value := flag_value(argv, name)) is not None and value not in allowed:
             raise ConfigError(f"--{name}: expected one of {', '.join(allowed)}; got {value!r}")
-    for name in ("runs", "episodes", "envs_per_run", "workers", "seed", "max_episode_frames"):
-        if (value := flag_value(argv, name)) is not None and not value.lstrip("-").isdigit():
-            raise ConfigError(f"--{name}: expected an integer, got {value!r}")
+    numbers = {**dict.fromkeys(("--steps", "--runs", "--episodes", "--envs_per_run", "--workers", "--seed",
+                                "--max_episode_frames"), int), "--sticky_action_prob": float}
+    for i, arg in enumerate(argv):  # every value of every number option (--steps takes several), typed
+        flag, eq, text = arg.partition("=")
+        if tp := numbers.get(flag):
+            after = itertools.takewhile(lambda a: not a.startswith("--"), argv[i + 1:])
+            for value in [text] if eq else list(after)[:None if flag == "--steps" else 1]:
+                try:
+                    tp(value)
+                except ValueError:
+                    raise ConfigError(f"{flag}: expected {'an integer' if tp is int else 'a number'}, got {value!r}") \
+                        from None
     try:
         args = parser.parse_args(argv)
     except ArgumentError as e:

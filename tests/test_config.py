@@ -242,6 +242,8 @@ def _bad_inputs(tmp):
         (maze, ["--config", write(tmp, "optim: {lrr: 1}\n", "near.yaml")],
          "unknown key optim.lrr (did you mean optim.lr?); valid keys of optim: name, lr"),
         (evaluate, ["x", "--workers", "two"], "--workers: expected an integer, got 'two'"),
+        (evaluate, ["x", "--steps", "50000000", "200M"], "--steps: expected an integer, got '200M'"),
+        (evaluate, ["x", "--sticky_action_prob=high"], "--sticky_action_prob: expected a number, got 'high'"),
         (evaluate, ["x", "--bogus", "1"], "unknown option --bogus; valid options: --argmax"),
         (evaluate, ["x", "--ddof", "true"], "--ddof: expected one of 0, 1; got 'true'"),
         (maze, ["--optim.lrr", "1"], "unknown option --optim.lrr (did you mean --optim.lr?)"),
