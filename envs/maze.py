@@ -270,10 +270,10 @@ class Maze:
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """Step every env with ``actions`` (int [N], values in 0..3); see the class docstring."""
-        obs, reward, done, ep_return, ep_length = self._step(actions, True, self._no_final_obs)
+        obs, reward, done, ep_return, ep_length = self._step(actions, autoreset=True, final_obs=self._no_final_obs)
         return obs, reward, done, {"episode_return": ep_return, "episode_length": ep_length}
 
-    def _step(self, actions: Any, autoreset: bool, final_obs: np.ndarray) -> tuple[np.ndarray, ...]:
+    def _step(self, actions: Any, *, autoreset: bool, final_obs: np.ndarray) -> tuple[np.ndarray, ...]:
         if not self._started:
             raise RuntimeError("call reset() before step()")
         actions = np.asarray(actions)
@@ -373,7 +373,7 @@ class MazeEnv(gymnasium.Env):
         if not self._seeded or self._terminated:
             raise gymnasium.error.ResetNeeded("call reset() before step() (and after an episode ends)")
         obs, reward, done, ep_return, ep_length = self._maze._step(
-            np.asarray([action]), False, self._maze._no_final_obs)
+            np.asarray([action]), autoreset=False, final_obs=self._maze._no_final_obs)
         self._terminated = bool(done[0])
         info = {"episode_return": ep_return[0], "episode_length": ep_length[0]}
         return obs[0], float(reward[0]), bool(done[0]), False, info
@@ -418,7 +418,7 @@ class MazeVectorEnv(VectorEnv):
         if not self._seeded:
             raise gymnasium.error.ResetNeeded("call reset() before step()")
         final_obs = np.empty((self.num_envs, *self._maze.observation_shape), np.float32)
-        obs, reward, done, ep_return, ep_length = self._maze._step(actions, True, final_obs)
+        obs, reward, done, ep_return, ep_length = self._maze._step(actions, autoreset=True, final_obs=final_obs)
         infos: dict[str, Any] = {"episode_return": ep_return, "episode_length": ep_length}
         if done.any():
             infos["final_obs"] = np.full(self.num_envs, None, dtype=object)

@@ -521,7 +521,7 @@ def bench_training(args: argparse.Namespace) -> None:
                  "action": torch.randint(0, model.num_actions, (T + 1, N)), "final_value": torch.zeros(T + 1, N),
                  "logits": torch.randn(T + 1, N, model.num_logits),
                  **{f"state_{i}": s.expand(N, *s.shape[1:]).clone() for i, s in enumerate(model.initial_state(1))}}
-        trainer = Trainer(model, cfg.optim, 1e9, f"{tmp}/parts", cfg, 1)
+        trainer = Trainer(model, cfg.optim, total_updates=1e9, run_dir=f"{tmp}/parts", config=cfg, keep=1)
         generator = torch.Generator().manual_seed(0)
         learn_ms = _median_ms(lambda: learn_from_batch(trainer, model, batch, cfg, generator), args.reps) / (T * N)
         learn_ms *= learn_threads  # core-ms

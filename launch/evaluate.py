@@ -114,7 +114,7 @@ class ModelPolicy:
     zeroed by the net's reset at ``done``).
     """
 
-    def __init__(self, model: Any, num_envs: int, sample: bool = False, seed: int = 0, device: str = "cpu",
+    def __init__(self, model: Any, *, num_envs: int, sample: bool = False, seed: int = 0, device: str = "cpu",
                  memory: str = "full"):
         import torch
 
@@ -217,8 +217,8 @@ def evaluate_job(job: dict[str, Any]) -> dict[str, Any]:
         return envs.make(cfg.env.name, num_envs=num_envs, seed=seed, **options)
 
     def make_policy(run: int) -> ModelPolicy:
-        return ModelPolicy(model, job["envs_per_run"] or job["episodes"], job["sample"], job["seed"] + run,
-                           job["device"], job["memory"])
+        return ModelPolicy(model, num_envs=job["envs_per_run"] or job["episodes"], sample=job["sample"],
+                           seed=job["seed"] + run, device=job["device"], memory=job["memory"])
 
     start = time.time()
     result = run_one(make_env, make_policy, job["run"], job["episodes"], job["envs_per_run"], job["seed"])

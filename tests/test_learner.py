@@ -47,7 +47,7 @@ def make(core, *flags):
 
 def sgd_trainer(model, cfg):
     """A Trainer whose optimiser is plain SGD with lr 1, so a step moves the parameters by the gradient."""
-    trainer = Trainer(model, cfg.optim, 1.0, "unused", cfg)
+    trainer = Trainer(model, cfg.optim, total_updates=1.0, run_dir="unused", config=cfg)
     trainer.optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     trainer.scheduler = torch.optim.lr_scheduler.LambdaLR(trainer.optimizer, lambda _: 1.0)
     return trainer

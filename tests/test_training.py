@@ -18,7 +18,7 @@ def linear_trainer(tmp_path, max_nonfinite_steps=3):
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 1)
     cfg = OptimConfig(name="adam", lr=0.1, max_nonfinite_steps=max_nonfinite_steps)
-    return model, Trainer(model, cfg, 100, str(tmp_path), config=cfg)
+    return model, Trainer(model, cfg, total_updates=100, run_dir=str(tmp_path), config=cfg)
 
 
 def test_nonfinite_updates_are_skipped_and_too_many_in_a_row_stop(tmp_path):
@@ -65,7 +65,7 @@ def test_a_resume_with_a_longer_budget_steps_at_the_stretched_schedules_lr(tmp_p
     cfg = OptimConfig(name="adam", lr=0.1, lr_decay=True)
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 1)
-    first = Trainer(model, cfg, 10, str(tmp_path), config=cfg)
+    first = Trainer(model, cfg, total_updates=10, run_dir=str(tmp_path), config=cfg)
 
     def loss():
         return (model(torch.ones(4, 3)) ** 2).mean(), {}
@@ -74,7 +74,7 @@ def test_a_resume_with_a_longer_budget_steps_at_the_stretched_schedules_lr(tmp_p
     assert logged == pytest.approx([0.1 * (1 - u / 10) for u in range(10)])
     first.optimizer.param_groups[0]["foreach"] = None  # as a checkpoint of an older version holds it
     first.save({"step": 10})
-    resumed = Trainer(model, cfg, 20, str(tmp_path), config=cfg)
+    resumed = Trainer(model, cfg, total_updates=20, run_dir=str(tmp_path), config=cfg)
     assert resumed.resume(torch.device("cpu")) is not None
     assert resumed.optimizer.param_groups[0]["foreach"] is True  # the multi-tensor step, as in a fresh run
     before = [p.detach().clone() for p in model.parameters()]

@@ -84,7 +84,7 @@ def update_popart(popart: PopArt, logits: Tensor, features: Tensor, batch: dict[
     return returns
 
 
-def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig, old_values: Tensor | None = None,
+def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig, *, old_values: Tensor | None = None,
                  popart_first: bool = False) -> tuple[Tensor, dict[str, Tensor]]:
     """The loss on a batch of unrolls: IMPALA's, or PPO's clipped surrogate with ``loss.clip``
     (:mod:`agents.learning.losses`), with the advantages and value targets computed here from
@@ -152,8 +152,8 @@ def learn_from_batch(trainer: Trainer, model: AgentNet, batch: dict[str, Tensor]
             minibatch_old = old_values if columns is None or old_values is None else old_values[:, columns.to(
                 old_values.device)]
             first = popart and epoch == 0 and i == 0  # PopArt's statistics: once per batch, before its first step
-            rows.append(trainer.update(functools.partial(compute_loss, model, minibatch, cfg, minibatch_old, first),
-                                       redraw=False))
+            loss = functools.partial(compute_loss, model, minibatch, cfg, old_values=minibatch_old, popart_first=first)
+            rows.append(trainer.update(loss, redraw=False))
     metrics = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
     metrics["nonfinite"] = max(r["nonfinite"] for r in rows)
     return metrics
@@ -236,10 +236,11 @@ def _train(cfg: TrainConfig, device: torch.device,
     steps_per_update = cfg.learner.batch_size * cfg.actor.unroll_length
     run_dir = cfg.resolved_run_dir()
     optimiser_steps = cfg.run.total_steps / steps_per_update * cfg.learner.epochs * cfg.learner.minibatches
-    trainer = Trainer(model, cfg.optim, optimiser_steps, run_dir, cfg, cfg.run.keep_checkpoints)
+    trainer = Trainer(model, cfg.optim, total_updates=optimiser_steps, run_dir=run_dir, config=cfg,
+                      keep=cfg.run.keep_checkpoints)
     counters = {"step": 0, "updates": 0, "episodes": 0}
     returns = RecentMean(cfg.log.return_window)
-    payload = trainer.resume(device, cfg.run.resume)
+    payload = trainer.resume(device, resume=cfg.run.resume)
     if payload is not None:
         counters.update(payload["counters"])
         returns.extend(payload["recent_returns"])

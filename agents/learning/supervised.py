@@ -395,7 +395,8 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
         max_steps = min(max_steps or 10**12, int(math.ceil(t.max_epochs * epoch_steps)))
     check(bool(max_steps or t.max_time_s), "train.max_steps",
           "set train.max_steps, train.max_epochs or train.max_time_s")
-    trainer = Trainer(model, cfg.optim, max_steps or math.inf, run_dir, cfg, cfg.run.keep_checkpoints)
+    trainer = Trainer(model, cfg.optim, total_updates=max_steps or math.inf, run_dir=run_dir, config=cfg,
+                      keep=cfg.run.keep_checkpoints)
 
     higher = t.select_metric in ("token_acc", "seq_acc")
     sign = -1.0 if higher else 1.0  # best_score is kept as "lower is better"
@@ -403,7 +404,7 @@ def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict
     # run never scores a best_model.pt written after its checkpoint (a discarded future)
     step, best_score, best_step, best_model, history = 0, math.inf, 0, None, []
     best_path = os.path.join(run_dir, "best_model.pt")
-    payload = trainer.resume(device, cfg.run.resume)
+    payload = trainer.resume(device, resume=cfg.run.resume)
     if payload is not None and _finished(payload.get("result"), max_steps):
         result = payload["result"]
         if not quiet:

@@ -155,14 +155,14 @@ class Trainer:
     and guard of the update).
     """
 
-    def __init__(self, model: nn.Module, optim: OptimConfig, total_updates: float, run_dir: str, config: Any,
+    def __init__(self, model: nn.Module, optim: OptimConfig, *, total_updates: float, run_dir: str, config: Any,
                  keep: int = 2):
         self.model, self.optim_cfg, self.run_dir, self.config, self.keep = model, optim, run_dir, config, keep
         self.optimizer, self.scheduler = build_optimizer(model.parameters(), optim, total_updates)
         self.nonfinite_in_a_row = 0
         self.saved_step: int | None = None
 
-    def resume(self, device: torch.device, resume: bool = True) -> dict[str, Any] | None:
+    def resume(self, device: torch.device, *, resume: bool = True) -> dict[str, Any] | None:
         """Load the newest checkpoint of ``run_dir`` into the model, optimiser and schedule and
         return its payload (None if there is none, or ``resume`` is false); then save config.yaml."""
         found = None
