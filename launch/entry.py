@@ -1,11 +1,12 @@
 """The one IMPALA entry point: launch/maze.py, atari.py and train.py are configurations of it
-(an env, a defaults file, the selectable sections); launch/memory.py loads its flags the same way."""
+(an env, a defaults file, the selectable sections); launch/memory.py loads its config through
+one (with its own schema and the suite env's presets) and trains an env of the suite at a time."""
 from __future__ import annotations
 
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Optional
 
 from agents.config import parse
 from agents.errors import exit_on_error
@@ -35,13 +36,21 @@ class RLEntry:
     """The stems ``network.stem`` selects (none: the env's own network)."""
     short_flags: dict[str, str] = field(default_factory=dict)
     """Short flags beyond :data:`SHORT_FLAGS` (``--game``)."""
+    schema: Optional[Callable[[str], type]] = None
+    """The config schema of a core name (None: ``rl_schema`` of the env, core and stem)."""
 
-    def load(self, argv: list[str]) -> TrainConfig:
-        """The resolved config of ``argv`` (ConfigError for bad input)."""
+    def load(self, argv: list[str], *, presets: dict[str, str] | None = None) -> TrainConfig:
+        """The resolved config of ``argv``, with ``presets`` applied before the core's
+        (``{"env": "CountRecallEasy"}``); ConfigError for bad input."""
+        def schema(names: dict[str, str]) -> type:
+            if self.schema is not None:
+                return self.schema(names["core"])
+            return rl_schema(self.env, names["core"], names.get("network"))
+
         selectors = {**CORE, **({"network.stem": self.stems} if self.stems else {})}
-        return parse(lambda names: rl_schema(self.env, names["core"], names.get("network")), argv,
-                     os.path.join(CONFIGS, self.defaults), selectors, {**SHORT_FLAGS, **self.short_flags},
-                     prog=self.prog, description=self.doc.split("\n")[0])
+        return parse(schema, argv, os.path.join(CONFIGS, self.defaults), selectors=selectors,
+                     short_flags={**SHORT_FLAGS, **self.short_flags}, prog=self.prog,
+                     description=self.doc.split("\n")[0], presets=presets)
 
     def main(self, argv: list[str] | None = None) -> dict[str, Any]:
         """Train with the config of ``argv`` (the command line's by default); bad input exits 2 in one line."""

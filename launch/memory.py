@@ -25,16 +25,14 @@ import sys
 from typing import Any
 
 from agents import tables
-from agents.config import parse, section, to_yaml
+from agents.config import section, to_yaml
 from agents.errors import ConfigError, exit_on_error
 from agents.learning.learner import train
 from agents.learning.logger import CSV_NAME, read_csv
 from agents.network import ResNetNetworkConfig
 from agents.run_config import TrainConfig, rl_schema
 from envs.suites import SUITES, SuiteEnv, mmer, suite_env
-from launch.entry import CONFIGS, CORE, SHORT_FLAGS
-
-DEFAULTS = os.path.join(CONFIGS, "memory.yaml")
+from launch.entry import RLEntry
 
 
 @functools.cache
@@ -62,12 +60,13 @@ def selected_envs(suite: str) -> list[tuple[str, SuiteEnv]]:
     return [(s, e) for s in (SUITES if name == "all" else [name]) for e in SUITES[s]]
 
 
+ENTRY = RLEntry(env="gym", defaults="memory.yaml", prog="launch/memory.py", doc=__doc__, schema=memory_schema)
+
+
 def load(argv: list[str], env: str | None = None) -> Any:
     """The resolved config of ``argv``, with the presets of the suite env named ``env`` if given
     (``presets.env.<name>`` of memory.yaml: its unroll, batch, discount); ConfigError for bad input."""
-    return parse(lambda names: memory_schema(names["core"]), argv, DEFAULTS,
-                 CORE, SHORT_FLAGS, prog="launch/memory.py",
-                 description=__doc__.split("\n")[0], presets={"env": env} if env else None)
+    return ENTRY.load(argv, presets={"env": env} if env else None)
 
 
 def env_config(cfg: Any, suite: str, entry: SuiteEnv) -> TrainConfig:

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from launch import memory
+from launch.entry import CONFIGS
 
 TINY = ["--core", "lstm", "--num_actors", "1", "--actor.envs_per_actor", "4", "--actor.unroll_length", "8",
         "--learner.batch_size", "4", "--learner.minibatches", "2", "--core.hidden_size", "8",
@@ -122,7 +123,7 @@ def test_every_tuned_env_keeps_the_loss_its_figures_were_made_with():
     eighth rounds); every env with a preset keeps the random head and 0.01, as its figures were made."""
     cfg = memory.load([])
     assert (cfg.loss.popart_zero_init, cfg.loss.entropy_cost) == (True, 0.003)
-    with open(memory.DEFAULTS) as f:
+    with open(os.path.join(CONFIGS, memory.ENTRY.defaults)) as f:
         tuned_envs = yaml.safe_load(f)["presets"]["env"]
     assert len(tuned_envs) == 7
     for env in tuned_envs:
