@@ -18,7 +18,7 @@ import torch
 
 import fastnet
 from agents.errors import ActorError, ConfigMismatchError
-from agents.learning.checkpoint import checkpoints, load_checkpoint
+from agents.learning.checkpoint import checkpoints, read_checkpoint
 from agents.learning.learner import train
 from agents.learning.logger import read_csv
 from agents.run_config import TrainConfig
@@ -48,11 +48,11 @@ def test_every_core_trains_logs_checkpoints_and_resumes(core, tmp_path):
     run_dir = str(tmp_path / core)
     first = train(config(core, run_dir, "--total_steps", "960"))
     assert first["step"] == 960 and first["episodes"] > 0
-    payload = load_checkpoint(checkpoints(run_dir)[0])
+    payload = read_checkpoint(checkpoints(run_dir)[0])
     assert payload["counters"]["step"] == 960 and payload["recent_returns"]  # episodes last 20 steps here
     second = train(config(core, run_dir, "--total_steps", "1920"))
     assert second["step"] == 1920
-    assert load_checkpoint(checkpoints(run_dir)[0])["counters"]["updates"] == 12
+    assert read_checkpoint(checkpoints(run_dir)[0])["counters"]["updates"] == 12
     rows = read_csv(os.path.join(run_dir, "logs.csv"))
     assert [r["step"] for r in rows] == [160 * i for i in range(1, 13)]
     assert not math.isnan(rows[-1]["mean_return"]) and math.isfinite(rows[-1]["loss"])
@@ -75,7 +75,7 @@ def test_crashing_actor_stops_the_run_with_its_traceback_and_keeps_its_progress(
     with pytest.raises(ActorError, match=r"(?s)actor \d crashed:.*ValueError: boom in the actor"):
         train(config("ff", run_dir, "--total_steps", "100000"))
     assert multiprocessing.active_children() == []
-    step = load_checkpoint(checkpoints(run_dir)[0])["counters"]["step"]  # saved on the way out
+    step = read_checkpoint(checkpoints(run_dir)[0])["counters"]["step"]  # saved on the way out
     assert step > 0 and step == read_csv(os.path.join(run_dir, "logs.csv"))[-1]["step"]
 
 
@@ -111,7 +111,7 @@ def test_stop_signal_checkpoints_and_stops_every_process(stop_signal, to_group, 
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out
     assert "stopping at step" in out
-    step = load_checkpoint(checkpoints(run_dir)[0])["counters"]["step"]
+    step = read_checkpoint(checkpoints(run_dir)[0])["counters"]["step"]
     assert step >= 320
     deadline = time.time() + 10
     while _group_members(proc.pid) and time.time() < deadline:
@@ -137,4 +137,4 @@ def test_sigkill_leaves_no_orphans_and_the_same_command_resumes(tmp_path):
     argv[argv.index("10000000")] = "960"
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120).stdout
     assert "resuming from" in out and "at step 320\n" in out
-    assert load_checkpoint(checkpoints(run_dir)[0])["counters"]["step"] == 960
+    assert read_checkpoint(checkpoints(run_dir)[0])["counters"]["step"] == 960

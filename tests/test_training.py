@@ -9,7 +9,7 @@ import torch
 
 import agents.learning.learner
 from agents.errors import ConfigError
-from agents.learning.checkpoint import load_checkpoint
+from agents.learning.checkpoint import read_checkpoint
 from agents.learning.training import NonFiniteError, OptimConfig, Trainer, build_optimizer, resolve_device
 from launch import maze
 
@@ -104,7 +104,7 @@ def test_a_nan_loss_mid_run_stops_the_run_and_keeps_a_finite_checkpoint(tmp_path
     assert stop.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "NaN or inf in 3 updates in a row" in err[0]
-    payload = load_checkpoint(str(run_dir / "checkpoint.pt"))
+    payload = read_checkpoint(str(run_dir / "checkpoint.pt"))
     assert all(torch.isfinite(v).all() for v in payload["model"].values())
     with open(run_dir / "logs.csv") as f:
         rows = list(csv.DictReader(f))

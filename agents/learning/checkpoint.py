@@ -294,19 +294,6 @@ def _restore(payload: dict[str, Any], model: nn.Module | None, optimizer: torch.
         scheduler.load_state_dict(payload["scheduler"])
 
 
-def load_checkpoint(path: str, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
-                    scheduler: Any | None = None, map_location: str | torch.device = "cpu",
-                    config: Any = None, may_change: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Load ``path`` (:func:`read_checkpoint`), restore the given objects' states in place, and
-    return the payload. With ``config`` (a config dataclass), first check that the checkpoint's
-    run had the same settings (``check_same_run``)."""
-    payload = read_checkpoint(path, map_location)
-    if config is not None and payload.get("config") is not None:
-        check_same_run(payload["config"], config, may_change, path)
-    _restore(payload, model, optimizer, scheduler)
-    return payload
-
-
 def _warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
 
@@ -315,9 +302,11 @@ def load_latest_good(directory: str, model: nn.Module | None = None, optimizer: 
                      scheduler: Any | None = None, map_location: str | torch.device = "cpu", config: Any = None,
                      may_change: tuple[str, ...] = (),
                      warn: Callable[[str], None] = _warn) -> tuple[str, dict[str, Any]] | None:
-    """Resume from the newest good checkpoint in ``directory``: as :func:`load_checkpoint` on the
-    first of :func:`checkpoints` that is readable and finite. Returns (its path, its payload), or
-    None if ``directory`` holds no checkpoint (a new run).
+    """Resume from the newest good checkpoint in ``directory``: the first of :func:`checkpoints`
+    that :func:`read_checkpoint` finds readable and finite, its states restored into the given
+    objects (with ``config``, after checking that its run had the same settings,
+    ``check_same_run``). Returns (its path, its payload), or None if ``directory`` holds no
+    checkpoint (a new run).
 
     Each checkpoint skipped is reported by ``warn`` (one line: the file and why); if none is good,
     raises :class:`NoGoodCheckpointError`. A checkpoint of a run with other settings raises
