@@ -1,6 +1,6 @@
 """Names and keyword options checked against what a builder accepts: the one check of each kind
-behind the registries (cores, envs, tasks, stems, suites, update rules, feature maps), so every
-unknown name or option gets the same line."""
+behind the registries (cores, envs, tasks and their splits, stems, suites, update rules, feature
+maps), so every unknown name or option gets the same line."""
 from __future__ import annotations
 
 from typing import Any, Iterable
