@@ -6,7 +6,7 @@ References are to "Linear Transformers Are Secretly Fast Weight Programmers"
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -65,8 +65,7 @@ class FeatureMap(nn.Module):
                  normalisation: NormalisationName = "none"):
         super().__init__()
         check_choice(name, FEATURE_MAPS, kind="feature map")
-        if normalisation not in ("sum", "attention", "none"):
-            raise ValueError(f"unknown normalisation {normalisation!r}; choose sum, attention or none")
+        check_choice(normalisation, get_args(NormalisationName), kind="normalisation")
         if normalisation != "none" and name not in POSITIVE_FEATURE_MAPS:
             raise ValueError(f"{normalisation} normalisation divides by a sum of φ, which {name!r} can make 0 "
                              f"or negative; use normalisation=none or one of {list(POSITIVE_FEATURE_MAPS)}")

@@ -122,7 +122,7 @@ def test_unknown_core_lists_choices():
     (dict(feature_map="relu"), "unknown feature map 'relu'; valid feature maps: elu, dpfp, favor"),
     (dict(heads=4), "valid options"),
     (dict(update_rule="hebb"), "unknown update rule 'hebb'; valid update rules: sum, delta, gated"),
-    (dict(normalisation=True), "choose sum, attention or none"),
+    (dict(normalisation=True), "unknown normalisation True; valid normalisations: sum, attention, none"),
     (dict(hidden_size=0), "positive"),
 ])
 def test_bad_options_raise_value_error(options, match):

@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 from fastnet.kernels._common import check_dtype, check_sequence_args, seg_start
+from fastnet.options import check_choice
 
 RULE_IDS = {"sum": 0, "delta": 1, "gated": 2, "gated_delta": 3}
 
@@ -316,9 +317,6 @@ class FusedRecurrentFastWeight(torch.autograd.Function):
         return dq, dk, dv, dbeta, dg, dw0_out, None, None, None
 
 
-RULES = tuple(RULE_IDS)
-
-
 def fused_recurrent_fast_weight(q, k, v, beta=None, initial_state=None, done=None, rule="delta", block_v=None,
                                 g=None):
     """Fused recurrent sum / delta / gated / gated_delta fast-weight sequence op (batch-major).
@@ -336,8 +334,7 @@ def fused_recurrent_fast_weight(q, k, v, beta=None, initial_state=None, done=Non
         (dtype of initial_state, or of q when it is None).
     Differentiable in q, k, v, beta, g and initial_state.
     """
-    if rule not in RULE_IDS:
-        raise ValueError(f"unknown update rule {rule!r}; choose one of {list(RULES)}")
+    check_choice(rule, RULE_IDS, kind="update rule")
     if beta is None:
         if rule != "sum":
             raise ValueError(f"the {rule} rule needs beta")
