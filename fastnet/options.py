@@ -3,17 +3,18 @@ behind the registries (cores, envs, tasks and their splits, stems, suites, updat
 maps), so every unknown name or option gets the same line."""
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, Iterable
 
 
-def unknown_choice(name: Any, valid: Iterable[str], *, kind: str) -> str | None:
+def unknown_choice(name: Any, valid: Collection[str], *, kind: str) -> str | None:
     """None if ``name`` is one of ``valid``; else the line naming it and the valid ones
-    ("unknown core 'x'; valid cores: lstm, delta, ...")."""
-    valid = list(valid)
+    ("unknown core 'x'; valid cores: lstm, delta, ..."). Cheap when it is: sequence ops call it
+    on every forward."""
     return None if name in valid else f"unknown {kind} {name!r}; valid {kind}s: {', '.join(valid)}"
 
 
-def check_choice(name: Any, valid: Iterable[str], *, kind: str) -> None:
+def check_choice(name: Any, valid: Collection[str], *, kind: str) -> None:
     """ValueError with :func:`unknown_choice`'s line unless ``name`` is one of ``valid``."""
     if problem := unknown_choice(name, valid, kind=kind):
         raise ValueError(problem)

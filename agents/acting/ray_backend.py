@@ -152,7 +152,6 @@ class RayTransport(Transport):
         (the run's config as saved), the ``seeds`` one per host."""
         self.run_config, self.num_hosts, self.envs_per_host = run_config, actor.num_actors, actor.envs_per_actor
         self.unrolls_per_batch, self.seeds, self.ray_config, self.log = unrolls_per_batch, seeds, ray_config, log
-        num_hosts = self.num_hosts
         self.model = model
         self.hosts: list[Any] = []
         self.pending: dict[Any, tuple[int, int]] = {}  # object reference of an unroll call -> (host, call number)
@@ -161,14 +160,14 @@ class RayTransport(Transport):
         self.updates = 0  # learner updates so far (publish_weights calls)
         self.version = 0  # the updates count of the published weights
         self.weights: list[Any] = []
-        self.failures = [0] * num_hosts  # deaths in a row (RayActorError)
-        self.unavailable_since: list[float | None] = [None] * num_hosts  # restarting (ActorUnavailableError) since
+        self.failures = [0] * self.num_hosts  # deaths in a row (RayActorError)
+        self.unavailable_since: list[float | None] = [None] * self.num_hosts  # restarting (ActorUnavailableError) since
         self.retries: list[tuple[float, int]] = []  # (time, host): calls to make again once the host is back
         self.counters = {"host_failures": 0, "hosts_restarted": 0, "unrolls_lost": 0}
         self.lags: collections.deque[float] = collections.deque(maxlen=unrolls_per_batch)
         self.incarnations: dict[int, tuple[str, int]] = {}  # host -> (node, pid) of its last unroll
-        self.down = [False] * num_hosts  # failed, and no unroll from a new incarnation yet
-        self.up_since = [0] * num_hosts  # the call that brought the first unroll of the host's incarnation
+        self.down = [False] * self.num_hosts  # failed, and no unroll from a new incarnation yet
+        self.up_since = [0] * self.num_hosts  # the call that brought the first unroll of the host's incarnation
         self.owns_ray = False
         self.placement_group = None
 
