@@ -6,7 +6,8 @@
 * a Gymnasium id. ``"module:Id"`` imports ``module`` first, which is how the packages that
   register their ids on import come in: ``"popgym:popgym-RepeatPreviousEasy-v0"``,
   ``"minigrid:MiniGrid-MemoryS7-v0"``, ``"memory_gym:MysteryPath-Grid-v0"``
-  (Gymnasium's ``make``, "module:id" syntax);
+  (Gymnasium's ``make``, "module:id" syntax). ale-py's ``"ALE/Pong-v5"`` needs no module: it
+  is imported for them (raw frames; ``launch/atari.py`` has the papers' preprocessing);
 * or ``"bsuite/<experiment>/<index>"`` (``"bsuite/memory_len/0"``) for bsuite's dm_env
   environments (Osband et al. 2020), through :class:`BsuiteEnv`. bsuite's own gym wrapper
   (``bsuite.utils.gym_wrapper``) imports the retired ``gym`` package, so this small adapter
@@ -44,13 +45,15 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from envs.batch import EpisodeTotals, check_actions
 
 BSUITE_PREFIX = "bsuite/"
+ALE_NAMESPACE = "ALE/"  # ale-py's ids, which it registers on import
 
 
 class BsuiteEnv(gymnasium.Env):
     """A bsuite dm_env environment (``bsuite_id`` such as ``"memory_len/0"``) as a ``gymnasium.Env``.
 
     The sweep's settings (``bsuite.sweep.SETTINGS``) build the environment; ``reset(seed=s)``
-    rebuilds it with seed ``s`` where its loader takes a seed. A last time step with discount
+    rebuilds it with seed ``s`` (over the setting's own, as in catch's twenty ids) where its
+    loader takes a seed. A last time step with discount
     0 is a termination, one with another discount a truncation (dm_env's convention).
     """
 
@@ -78,7 +81,7 @@ class BsuiteEnv(gymnasium.Env):
               ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         if seed is not None and self._seeded:
-            self._env = self._loader(**self._settings, seed=seed)
+            self._env = self._loader(**{**self._settings, "seed": seed})
         return np.asarray(self._env.reset().observation, self.observation_space.dtype), {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
@@ -180,12 +183,17 @@ def make_single(id: str, observation: Literal["auto", "flat"] = "auto", max_epis
                 wrappers: Sequence[str] = ()) -> ObservationAdapter:
     """One env ``id`` (module docstring), wrapped by each of ``wrappers`` in turn, its observations
     adapted; ``max_episode_steps`` > 0 adds a time limit (Gymnasium's ``TimeLimit``; 0 keeps the env's own)."""
-    if id.startswith(BSUITE_PREFIX):
-        env: gymnasium.Env = BsuiteEnv(id[len(BSUITE_PREFIX):])
-        if max_episode_steps > 0:
-            env = gymnasium.wrappers.TimeLimit(env, max_episode_steps)
-    else:
-        env = gymnasium.make(id, max_episode_steps=max_episode_steps or None)
+    try:
+        if id.startswith(BSUITE_PREFIX):
+            env: gymnasium.Env = BsuiteEnv(id[len(BSUITE_PREFIX):])
+            if max_episode_steps > 0:
+                env = gymnasium.wrappers.TimeLimit(env, max_episode_steps)
+        else:
+            if id.startswith(ALE_NAMESPACE):
+                gymnasium.register_envs(importlib.import_module("ale_py"))
+            env = gymnasium.make(id, max_episode_steps=max_episode_steps or None)
+    except (gymnasium.error.Error, ImportError, OSError) as e:  # an unknown id, a missing package or file
+        raise ValueError(f"env {id!r} cannot be made: {' '.join(str(e).split())}") from None
     for name in wrappers:
         env = wrapper_class(name)(env)
     if isinstance(env.action_space, spaces.Box):
