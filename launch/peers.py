@@ -3,14 +3,16 @@ equal environment steps (the optional ``peers`` extra: ``pip install -e '.[peers
 
     python launch/bench.py peers --env maze --steps 1000000 --seeds 0 1 2
     python launch/bench.py peers --env popgym/RepeatPreviousEasy --steps 1000000 --docs
+    python launch/bench.py peers --env gym:Acrobot-v1 --steps 300000
 
-Each seed runs DeltaBeast (the env's launcher config: launch/maze.py, or launch/memory.py's for a
-``<suite>/<env>``, plus any ``--flags``) and then RecurrentPPO, one after the other, on the same
-env. RecurrentPPO takes sb3-contrib's documented ``MlpLstmPolicy`` with the settings of the
-issue that asked for this comparison (16 envs, n_steps 128, batch 128, 4 epochs, lr 3e-4, GAE
-λ 0.95, clip 0.2), an LSTM as wide as DeltaBeast's lstm (128), and the same discount as the
-DeltaBeast config. Both see the same observations (the env's, flattened); DeltaBeast also feeds
-its core the previous reward and action, as it always does.
+Each seed runs DeltaBeast (the env's launcher config: launch/maze.py, launch/memory.py's for a
+``<suite>/<env>``, or launch/train.py's for a ``gym:<id>``, plus any ``--flags``) and then
+RecurrentPPO, one after the other, on the same env. RecurrentPPO takes sb3-contrib's documented
+``MlpLstmPolicy`` with the settings of the issue that asked for this comparison (16 envs,
+n_steps 128, batch 128, 4 epochs, lr 3e-4, GAE λ 0.95, clip 0.2), an LSTM as wide as
+DeltaBeast's lstm (128), and the same discount as the DeltaBeast config. Both see the same
+observations (the env's, flattened); DeltaBeast also feeds its core the previous reward and
+action, as it always does.
 
 The score at a step S is the mean return of the last 100 episodes finished by S, for both
 (RecurrentPPO's ``ep_rew_mean`` window; DeltaBeast's ``log.return_window`` is set to 100). Each
@@ -35,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from agents.tables import markdown_table
+from launch.sweep import is_gym
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECKPOINTS = (100_000, 250_000, 500_000, 1_000_000)
@@ -86,6 +89,10 @@ def make_single_env(env: str, seed: int, index: int) -> Any:
         from envs.maze import MazeEnv
 
         single: Any = MazeEnv(env_index=index)
+    elif is_gym(env):
+        from envs.gym_adapter import make_single
+
+        single = make_single(env.removeprefix("gym:"), observation="flat")
     else:
         from envs.gym_adapter import make_single
 
@@ -183,9 +190,11 @@ def labelled_runs(by_algo: dict[str, list[dict[str, Any]]]) -> list[tuple[str, l
 def across_envs_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
     """Issue 42's score of an algorithm over a set of memory-suite envs: at each of CHECKPOINTS,
     the median across the envs of its normalised return (the median over seeds, mapped from the
-    env's return range onto [0, 1]), for the rows that every env has."""
+    env's return range onto [0, 1]), for the rows that every env has. Envs with no declared
+    return range (the maze, ``gym:<id>``) are left out."""
     from envs.suites import suite_env
 
+    results = {env: r for env, r in results.items() if env != "maze" and not is_gym(env)}
     by_label: dict[str, dict[str, list[float]]] = {}
     for env, by_algo in results.items():
         low, high = suite_env(env)[1].return_range
@@ -259,10 +268,10 @@ def bench_peers(args: argparse.Namespace) -> None:
 
     from launch.sweep import Trial, trial_config
 
-    if args.core is None:  # the launcher config's default core: maze.yaml's, or memory.yaml's
-        from launch import maze, memory
+    if args.core is None:  # the launcher config's default core: maze.yaml's, train.yaml's or memory.yaml's
+        from launch import maze, memory, train
 
-        args.core = (maze if args.env == "maze" else memory).load([]).core.name
+        args.core = (maze if args.env == "maze" else train if is_gym(args.env) else memory).load([]).core.name
     discount = trial_config(Trial(args.env, args.core, 0), None, args.flags, args.out).loss.discount
     for seed in args.seeds if not args.table else []:
         run_dir = os.path.join(args.out, args.env.replace("/", "_"), f"run-{args.core}-s{seed}")
@@ -283,7 +292,7 @@ def bench_peers(args: argparse.Namespace) -> None:
                   flush=True)
     results = load_results(args.out)
     print(score_table(results))
-    if results and "maze" not in results:
+    if any(env != "maze" and not is_gym(env) for env in results):
         print(across_envs_table(results))
     if args.plot:
         plot_curves(results, args.plot)
@@ -297,7 +306,7 @@ def bench_peers(args: argparse.Namespace) -> None:
 
 def add_parser(sub: Any) -> None:
     peers = sub.add_parser("peers", help="DeltaBeast vs sb3-contrib's RecurrentPPO at equal env steps")
-    peers.add_argument("--env", default="maze", help="maze, or <suite>/<env> of a memory suite")
+    peers.add_argument("--env", default="maze", help="maze, <suite>/<env> of a memory suite, or gym:<Gymnasium id>")
     peers.add_argument("--core", default=None, help="DeltaBeast's core (default: its launcher config's)")
     peers.add_argument("--steps", type=int, default=1_000_000, help="env steps per run")
     peers.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

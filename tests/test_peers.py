@@ -69,6 +69,9 @@ def test_across_envs_table_is_the_median_of_normalised_seed_medians(tmp_path):
     lines = peers.across_envs_table(results).splitlines()
     assert lines[0] == "| algorithm | envs | at 100K | at 250K | at 500K | at 1000K |"
     assert lines[2:] == ["| deltabeast (lstm) | 2 | 0.35 | 0.35 | 0.35 | 0.55 |"]
+    # a gym:<id> env has no declared return range: it is left out, and the table is the same
+    gym = {"gym:Acrobot-v1": {"deltabeast": [result("gym:Acrobot-v1", "deltabeast", 0, [(100 * k, -90.0)], 60)]}}
+    assert peers.across_envs_table({**results, **gym}).splitlines() == lines
     peers.plot_curves(results, str(tmp_path / "curves.png"))
     assert (tmp_path / "curves.png").stat().st_size > 0
 
@@ -136,3 +139,27 @@ def test_a_tiny_recurrent_ppo_run_writes_its_curve(tmp_path):
     assert len(saved["curve"]) == peers.PPO_ENVS
     assert {s for s, _ in saved["curve"]} == {peers.PPO_ENVS * episode}
     assert all(math.isfinite(v) for _, v in saved["curve"])
+
+
+def test_a_gym_id_runs_both_algorithms_with_train_yaml_s_core(tmp_path, capsys):
+    """``--env gym:<id>``: DeltaBeast from launch/train.py's config (its core when none is given),
+    RecurrentPPO on the same env with flat observations; both write their curves and the table."""
+    pytest.importorskip("sb3_contrib")
+    from launch import train
+
+    out = str(tmp_path / "peers")
+    flags = ["--actor.num_actors", "1", "--actor.envs_per_actor", "8", "--learner.batch_size", "8",
+             "--log.print_every_s", "1000"]
+    rollout = peers.PPO_ENVS * peers.PPO_SETTINGS["n_steps"]
+    args = argparse.Namespace(env="gym:CartPole-v1", core=None, steps=rollout, seeds=[0], algos=list(peers.ALGOS),
+                              out=out, plot=None, table=False, docs=False, flags=flags)
+    peers.bench_peers(args)
+    core = train.load([]).core.name
+    for algo, run_core in (("deltabeast", core), ("recurrent_ppo", None)):
+        with open(peers.result_path(out, "gym:CartPole-v1", algo, 0, run_core)) as f:
+            saved = json.load(f)
+        assert saved["steps"] == rollout and saved["curve"]
+        assert all(1 <= v <= 500 for _, v in saved["curve"])  # CartPole's returns: 1 per step, at most 500
+    printed = capsys.readouterr().out
+    assert f"| gym:CartPole-v1 | deltabeast ({core}) | 0 |" in printed
+    assert "| gym:CartPole-v1 | recurrent_ppo | 0 |" in printed
