@@ -4,7 +4,7 @@
     python launch/train.py --env.id popgym:popgym-RepeatPreviousEasy-v0 --core delta_product
     python launch/train.py --env.id bsuite/memory_len/10 --total_steps 500000 --seed 1
     python launch/train.py --env.id MiniGrid-MemoryS7-v0 --env.wrappers '[minigrid.wrappers:OneHotPartialObsWrapper]'
-    python launch/train.py --env.id ale_py:ALE/Pong-v5 --network.stem nature   # images: a conv stem
+    python launch/train.py --env.id ALE/Pong-v5 --network.stem nature   # images (raw frames): a conv stem
 
 ``--env.id`` is a Gymnasium id, ``module:Id`` (the module is imported first) or a bsuite id.
 A time limit is not an end: a cut episode's last step is bootstrapped from its value. Running
