@@ -182,7 +182,9 @@ def wrapper_class(name: str) -> type:
 def make_single(id: str, observation: Literal["auto", "flat"] = "auto", max_episode_steps: int = 0,
                 wrappers: Sequence[str] = ()) -> ObservationAdapter:
     """One env ``id`` (module docstring), wrapped by each of ``wrappers`` in turn, its observations
-    adapted; ``max_episode_steps`` > 0 adds a time limit (Gymnasium's ``TimeLimit``; 0 keeps the env's own)."""
+    adapted; ``max_episode_steps`` > 0 adds a time limit (Gymnasium's ``TimeLimit``; 0 keeps the env's own).
+    The wrappers' modules are imported first: ``minigrid.wrappers`` registers MiniGrid's ids."""
+    wrapper_classes = [wrapper_class(name) for name in wrappers]
     try:
         if id.startswith(BSUITE_PREFIX):
             env: gymnasium.Env = BsuiteEnv(id[len(BSUITE_PREFIX):])
@@ -194,8 +196,8 @@ def make_single(id: str, observation: Literal["auto", "flat"] = "auto", max_epis
             env = gymnasium.make(id, max_episode_steps=max_episode_steps or None)
     except (gymnasium.error.Error, ImportError, OSError) as e:  # an unknown id, a missing package or file
         raise ValueError(f"env {id!r} cannot be made: {' '.join(str(e).split())}") from None
-    for name in wrappers:
-        env = wrapper_class(name)(env)
+    for cls in wrapper_classes:
+        env = cls(env)
     if isinstance(env.action_space, spaces.Box):
         raise ValueError(f"env {id!r} has continuous actions ({env.action_space}); the agents' policies are "
                          "categorical: Discrete or MultiDiscrete action spaces only")

@@ -251,15 +251,20 @@ def test_a_bsuite_id_whose_settings_hold_a_seed_is_reseeded() -> None:
     assert len(set(first.values())) > 1
 
 
-def test_ale_ids_need_no_module_prefix() -> None:
-    """``ALE/Pong-v5`` is made without ``ale_py:`` in front (in a fresh process, where nothing
-    has imported ale_py yet)."""
-    pytest.importorskip("ale_py")
+@pytest.mark.parametrize("package,call,shape", [
+    ("ale_py", "make_single('ALE/Pong-v5')", "(3, 210, 160)"),
+    ("minigrid", "make_single('MiniGrid-MemoryS7-v0', wrappers=['minigrid.wrappers:OneHotPartialObsWrapper'])",
+     "(984,)")])
+def test_ids_that_need_no_module_prefix(package: str, call: str, shape: str) -> None:
+    """``ALE/Pong-v5`` is made without ``ale_py:`` in front, and a MiniGrid id without
+    ``minigrid:`` when a wrapper of minigrid's is named (its module registers the ids): each in a
+    fresh process, where nothing has imported the package yet."""
+    pytest.importorskip(package)
     import subprocess
     import sys
 
-    code = ("import sys; from envs.gym_adapter import make_single; assert 'ale_py' not in sys.modules; "
-            "print(make_single('ALE/Pong-v5').observation_space.shape)")
+    code = (f"import sys; from envs.gym_adapter import make_single; assert {package!r} not in sys.modules; "
+            f"print({call}.observation_space.shape)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "(3, 210, 160)"
+    assert out.stdout.strip().splitlines()[-1] == shape
