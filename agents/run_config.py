@@ -146,6 +146,9 @@ def check_config(cfg: TrainConfig, device_type: str = "cpu") -> None:
     check(cfg.actor.backend != "ray" or cfg.actor.inference != "server", "actor.inference",
           "server mode runs on the local backend only; with actor.backend ray the hosts act with CPU copies of "
           "the policy (use actor or auto)")
+    check(getattr(cfg.env, "vectorization", "sync") == "sync", "env.vectorization",
+          "async cannot run in the actors' processes (daemonic: no children of their own); they already step "
+          "their envs apart from the learner, and actor.num_actors gives more of them")
     splits = cfg.actor.server.worker_splits
     check(cfg.actor.inference_mode(device_type) != "server" or cfg.actor.envs_per_actor % splits == 0,
           "actor.server.worker_splits", f"{splits} must divide actor.envs_per_actor "

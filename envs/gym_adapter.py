@@ -240,7 +240,7 @@ class GymEnv:
         wrappers: tuple[str, ...] = ()
         """Gymnasium wrappers applied in order, as module:Class (minigrid.wrappers:OneHotPartialObsWrapper)."""
         vectorization: Literal["sync", "async"] = "sync"
-        """Gymnasium's sync (one process) or async (one process per env) vector env."""
+        """Gymnasium's sync (one process) or async (one process per env; not in training's actors) vector env."""
 
     def __init__(self, num_envs: int, seed: int = 0, **options: Any) -> None:
         cfg = self.Config(**options)

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from agents.config import apply_presets
-from launch import atari, evaluate, maze, supervised
+from launch import atari, evaluate, maze, supervised, train
 
 
 def write(tmp_path, text, name="cfg.yaml"):
@@ -53,8 +53,6 @@ def test_short_flags(tmp_path):
 
 def test_a_string_flag_is_kept_as_typed():
     """A str (or Optional[str]) flag is not read as YAML: a gym id "123" or "on" stays a string."""
-    from launch import train
-
     assert [train.load(["--env.id", v]).env.id for v in ("123", "on", "CartPole-v1", "null")] == \
         ["123", "on", "CartPole-v1", None]
     assert maze.load(["--run_dir", "2024"]).run.run_dir == "2024"
@@ -185,7 +183,6 @@ def test_every_field_type_is_checked_and_built_without_the_parser(argv, message,
     from agents.config import to_dict
     from agents.errors import ConfigError
     from agents.run_config import config_from_dict
-    from launch import train
 
     argv_ok = ["--loss.aux_loss_weights", "{meta: 1}", "--env.wrappers", "[a.b:C]", "--optim.lr", "1e-3"]
     expected = train.load(argv_ok)
@@ -269,6 +266,8 @@ def _bad_inputs(tmp):
         (maze, ["--learner.minibatches", "256"], "learner.minibatches: 256 must be at most learner.batch_size (64)"),
         (maze, ["--loss.advantages", "gae"], "loss.advantages: gae needs loss.clip"),
         (maze, ["--env.size", "4"], "env: size must be an odd int >= 5"),
+        (train, ["--env.id", "NoSuchEnv-v0"], "env: env 'NoSuchEnv-v0' cannot be made: Environment `NoSuchEnv`"),
+        (train, ["--env.vectorization", "async"], "env.vectorization: async cannot run in the actors' processes"),
         (maze, ["--device", "cuda:7" if not _has_cuda() else "tpu"], "--run.device"),
         (maze, ["--device", "tpu"], "--run.device: unknown device 'tpu'"),
         (maze, ["--run.kernels", "cuda"], "--run.kernels: expected one of"),
