@@ -268,6 +268,7 @@ def _bad_inputs(tmp):
         (maze, ["--env.size", "4"], "env: size must be an odd int >= 5"),
         (train, ["--env.id", "NoSuchEnv-v0"], "env: env 'NoSuchEnv-v0' cannot be made: Environment `NoSuchEnv`"),
         (train, ["--env.vectorization", "async"], "env.vectorization: async cannot run in the actors' processes"),
+        (train, ["--network.stem", "nature"], "network: the nature stem needs observations [C, H, W], got shape (4,)"),
         (maze, ["--device", "cuda:7" if not _has_cuda() else "tpu"], "--run.device"),
         (maze, ["--device", "tpu"], "--run.device: unknown device 'tpu'"),
         (maze, ["--run.kernels", "cuda"], "--run.kernels: expected one of"),
