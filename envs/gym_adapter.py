@@ -53,8 +53,8 @@ class BsuiteEnv(gymnasium.Env):
 
     The sweep's settings (``bsuite.sweep.SETTINGS``) build the environment; ``reset(seed=s)``
     rebuilds it with seed ``s`` (over the setting's own, as in catch's twenty ids) where its
-    loader takes a seed. A last time step with discount
-    0 is a termination, one with another discount a truncation (dm_env's convention).
+    loader takes a seed. A last time step with discount 0 is a termination, one with another
+    discount a truncation (dm_env's convention).
     """
 
     metadata: dict[str, Any] = {"render_modes": []}

@@ -89,15 +89,14 @@ def make_single_env(env: str, seed: int, index: int) -> Any:
         from envs.maze import MazeEnv
 
         single: Any = MazeEnv(env_index=index)
-    elif is_gym(env):
-        from envs.gym_adapter import make_single
-
-        single = make_single(env.removeprefix("gym:"), observation="flat")
     else:
         from envs.gym_adapter import make_single
 
-        _, entry = suite_env(env)
-        single = make_single(entry.options["id"], observation="flat", wrappers=entry.options.get("wrappers", ()))
+        if is_gym(env):
+            single = make_single(env.removeprefix("gym:"), observation="flat")
+        else:
+            _, entry = suite_env(env)
+            single = make_single(entry.options["id"], observation="flat", wrappers=entry.options.get("wrappers", ()))
     single.reset(seed=seed * 1000 + index)
     return single
 
