@@ -18,7 +18,6 @@ from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
 
 from agents.acting.transport import SERVER_KEYS_RENAMED, ActorConfig, RayConfig
 from agents.config import RESUMABLE, check, from_dict, options, section
-from agents.errors import ConfigError
 from agents.learning.losses import LossConfig
 from agents.learning.training import LogConfig, OptimConfig, RunConfig
 from agents.network import STEM_NETWORKS, AgentNet, MLPNetworkConfig, NetworkConfig
@@ -159,8 +158,5 @@ def check_config(cfg: TrainConfig, device_type: str = "cpu") -> None:
 def build_model(cfg: TrainConfig, observation_shape: tuple[int, ...], action_sizes: int | tuple[int, ...]) -> AgentNet:
     popart = {"step": cfg.loss.popart_step, "min_sigma": cfg.loss.popart_min_sigma,
               "zero_init": cfg.loss.popart_zero_init} if cfg.loss.popart else None
-    try:  # a stem that does not fit the observations (an image stem on flat ones)
-        return AgentNet(observation_shape, action_sizes, cfg.core.name, options(cfg.core), network=cfg.network,
-                        popart=popart)
-    except ValueError as e:
-        raise ConfigError(f"network: {e}") from None
+    return AgentNet(observation_shape, action_sizes, cfg.core.name, options(cfg.core), network=cfg.network,
+                    popart=popart)

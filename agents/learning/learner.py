@@ -232,7 +232,10 @@ def _train(cfg: TrainConfig, device: torch.device,
     obs_shape, action_sizes = env_spec.observation_shape, env_spec.action_sizes
     obs_dtype = torch.from_numpy(np.zeros(0, env_spec.observation_dtype)).dtype
 
-    model = build_model(cfg, obs_shape, action_sizes).to(device)
+    try:  # a stem that does not fit the observations (an image stem on flat ones)
+        model = build_model(cfg, obs_shape, action_sizes).to(device)
+    except ValueError as e:
+        raise ConfigError(f"network: {e}") from None
     steps_per_update = cfg.learner.batch_size * cfg.actor.unroll_length
     run_dir = cfg.resolved_run_dir()
     optimiser_steps = cfg.run.total_steps / steps_per_update * cfg.learner.epochs * cfg.learner.minibatches
