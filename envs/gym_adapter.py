@@ -190,10 +190,9 @@ def make_single(id: str, observation: Literal["auto", "flat"] = "auto", max_epis
             env: gymnasium.Env = BsuiteEnv(id[len(BSUITE_PREFIX):])
             if max_episode_steps > 0:
                 env = gymnasium.wrappers.TimeLimit(env, max_episode_steps)
-        else:
-            if id.startswith(ALE_NAMESPACE):
-                gymnasium.register_envs(importlib.import_module("ale_py"))
-            env = gymnasium.make(id, max_episode_steps=max_episode_steps or None)
+        else:  # ale-py's ids through Gymnasium's own "module:Id", which imports the module that registers them
+            module = "ale_py:" if id.startswith(ALE_NAMESPACE) else ""
+            env = gymnasium.make(module + id, max_episode_steps=max_episode_steps or None)
     except (gymnasium.error.Error, ImportError, OSError) as e:  # an unknown id, a missing package or file
         raise ValueError(f"env {id!r} cannot be made: {' '.join(str(e).split())}") from None
     for cls in wrapper_classes:

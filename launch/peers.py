@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from agents.tables import markdown_table
-from launch.sweep import is_gym
+from launch.sweep import Trial, is_gym, trial_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECKPOINTS = (100_000, 250_000, 500_000, 1_000_000)
@@ -69,7 +69,6 @@ def run_deltabeast(env: str, core: str, seed: int, steps: int, flags: list[str],
     """Train DeltaBeast on ``env``; its curve is its log's windowed mean return."""
     from agents.learning.learner import train
     from agents.learning.logger import CSV_NAME, read_csv
-    from launch.sweep import Trial, trial_config
 
     cfg = trial_config(Trial(env, core, seed), steps, [*flags, "--log.return_window", str(WINDOW),
                                                        "--run.resume", "false", "--log.tensorboard", "false"], run_dir)
@@ -265,7 +264,6 @@ def bench_peers(args: argparse.Namespace) -> None:
     """Run DeltaBeast and RecurrentPPO on ``args.env`` for each seed (or only tabulate with --table)."""
     import torch
 
-    from launch.sweep import Trial, trial_config
 
     if args.core is None:  # the launcher config's default core: maze.yaml's, train.yaml's or memory.yaml's
         from launch import maze, memory, train
