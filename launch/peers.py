@@ -264,7 +264,6 @@ def bench_peers(args: argparse.Namespace) -> None:
     """Run DeltaBeast and RecurrentPPO on ``args.env`` for each seed (or only tabulate with --table)."""
     import torch
 
-
     if args.core is None:  # the launcher config's default core: maze.yaml's, train.yaml's or memory.yaml's
         from launch import maze, memory, train
 
