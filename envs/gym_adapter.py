@@ -194,7 +194,11 @@ def make_single(id: str, observation: Literal["auto", "flat"] = "auto", max_epis
             module = "ale_py:" if id.startswith(ALE_NAMESPACE) else ""
             env = gymnasium.make(module + id, max_episode_steps=max_episode_steps or None)
     except (gymnasium.error.Error, ImportError, OSError) as e:  # an unknown id, a missing package or file
-        raise ValueError(f"env {id!r} cannot be made: {' '.join(str(e).split())}") from None
+        why = " ".join(str(e).split())
+        if isinstance(e, (gymnasium.error.NameNotFound, gymnasium.error.NamespaceNotFound)) and ":" not in id:
+            why += (" An id that a package registers when it is imported is written module:Id"
+                    " (minigrid:MiniGrid-Empty-5x5-v0, popgym:popgym-RepeatPreviousEasy-v0).")
+        raise ValueError(f"env {id!r} cannot be made: {why}") from None
     for cls in wrapper_classes:
         env = cls(env)
     if isinstance(env.action_space, spaces.Box):

@@ -237,6 +237,8 @@ def test_an_env_that_cannot_be_made_is_one_line_that_says_why(env_id: str, why: 
         assert message.startswith("unknown bsuite id 'memory_len/9999'")
     else:
         assert message.startswith(f"env {env_id!r} cannot be made: ") and why in message
+    # an unknown name, typed without the module that would register it, is told how to name one
+    assert ("written module:Id" in message) == (env_id == "NoSuchEnv-v0")
 
 
 def test_a_bsuite_id_whose_settings_hold_a_seed_is_reseeded() -> None:
