@@ -27,7 +27,9 @@
 #    after 30 s idle): `TRAIN_ONLY=1 TRAIN_S=340 bash cuda/gpu_session.sh` (timeout_s=390), called
 #    at once after the first call, skips steps 1-3 and resumes the run for another TRAIN_S seconds
 #    (2026-11-28: 1.17M to 2.28M steps, Pong -18.7 to -9.9; 1.23M to 2.61M, -16.9 to +0.7; 1.30M
-#    to 2.66M, -16.4 to -7.6; both calls took 848-851 s of the 900 each time).
+#    to 2.66M, -16.4 to -7.6; both calls took 848-851 s of the 900 each time). The ninth session's
+#    first call left no checkpoint (no periodic one within 5.5 minutes, and the run died at its
+#    SIGTERM), so its second call started afresh: the run now checkpoints every 2 minutes.
 # The Triton kernels have not changed since they passed every test on the H100 (2026-11-25; on
 # 2026-11-28 a wrapper's name check did, which the interpreter tests cover); their
 # checks are `TRITON_INTERPRET=0 python -m pytest -n 8 tests/test_kernels.py tests/test_dispatch.py`
@@ -44,7 +46,9 @@ set -u
 TRAIN_S=${TRAIN_S:-330}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "the wheels in .whl did not install"; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
+# PYTHONFAULTHANDLER: a native crash prints every thread's stack (2026-11-28, ninth session: the
+# first call's training died silently at its SIGTERM and left no checkpoint)
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TRITON_INTERPRET=0
 OUT=${OUT:-/tmp/gpu_session}
 mkdir -p "$OUT"
 
@@ -81,7 +85,8 @@ fi
     > /tmp/pyspy.txt 2>&1 ) &
 step atari_training "$TRAIN_S" python3 launch/atari.py --game Pong --core delta --run.device cuda \
   --actor.inference server --actor.num_actors 12 --actor.envs_per_actor 4 --actor.server.worker_splits "$splits" \
-  --run.total_steps 200000000 --run.run_dir /tmp/atari_run --run.resume true --log.tensorboard false --log.print_every_s 15
+  --run.total_steps 200000000 --run.run_dir /tmp/atari_run --run.resume true --log.tensorboard false --log.print_every_s 15 \
+  --checkpoint.interval_minutes 2
 cat /tmp/pyspy.txt
 cp /tmp/atari_run/logs.csv "$OUT/atari_logs.csv"  # the curve is what comes back; the run stays for TRAIN_ONLY=1
 # the resumed call's checkpoint comes back too (12.2 MB; a returned file may have 16 MiB), to be

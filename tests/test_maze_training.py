@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import fastnet
+from agents.acting.transport import Transport
 from agents.errors import ActorError, ConfigMismatchError
 from agents.learning.checkpoint import checkpoints, read_checkpoint
 from agents.learning.learner import train
@@ -77,6 +78,29 @@ def test_crashing_actor_stops_the_run_with_its_traceback_and_keeps_its_progress(
     assert multiprocessing.active_children() == []
     step = read_checkpoint(checkpoints(run_dir)[0])["counters"]["step"]  # saved on the way out
     assert step > 0 and step == read_csv(os.path.join(run_dir, "logs.csv"))[-1]["step"]
+
+
+def test_a_stop_checkpoints_before_the_acting_side_closes(tmp_path, monkeypatch):
+    """A stop's checkpoint is written before the transport closes, so a close that fails (or
+    hangs until a scheduler's SIGKILL) loses nothing (H200 session of 2026-11-28: a run died
+    at its SIGTERM and left no checkpoint after 5.5 minutes)."""
+    close = Transport.__exit__
+
+    def close_then_fail(self, *exc):
+        close(self, *exc)  # the processes stop, then the close fails
+        raise RuntimeError("the acting side failed to close")
+
+    monkeypatch.setattr(Transport, "__exit__", close_then_fail)
+
+    def stop_at_320(step, metrics):
+        if step == 320:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: the run stops after this update
+
+    run_dir = str(tmp_path / "stop")
+    with pytest.raises(RuntimeError, match="failed to close"):
+        train(config("ff", run_dir, "--total_steps", "100000"), on_update=stop_at_320)
+    assert multiprocessing.active_children() == []
+    assert read_checkpoint(checkpoints(run_dir)[0])["counters"]["step"] == 320
 
 
 def _group_members(pgid: int) -> list[int]:

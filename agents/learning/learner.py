@@ -302,9 +302,9 @@ def _train(cfg: TrainConfig, device: torch.device,
                 elif time.time() - last_ckpt > 60 * cfg.checkpoint.interval_minutes:
                     checkpoint()
                     last_ckpt = time.time()
-        if stop.requested():
-            print(f"stopping at step {counters['step']:,}", flush=True)
-        checkpoint()
+            if stop.requested():
+                print(f"stopping at step {counters['step']:,}", flush=True)
+            checkpoint()  # before the acting side closes: a close that fails or hangs loses nothing
     except ActorError:
         checkpoint()  # between updates, so consistent: keep the progress, then report the actor
         raise
