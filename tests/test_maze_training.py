@@ -80,10 +80,11 @@ def test_crashing_actor_stops_the_run_with_its_traceback_and_keeps_its_progress(
     assert step > 0 and step == read_csv(os.path.join(run_dir, "logs.csv"))[-1]["step"]
 
 
-def test_a_stop_checkpoints_before_the_acting_side_closes(tmp_path, monkeypatch):
-    """A stop's checkpoint is written before the transport closes, so a close that fails (or
-    hangs until a scheduler's SIGKILL) loses nothing (H200 session of 2026-11-28: a run died
-    at its SIGTERM and left no checkpoint after 5.5 minutes)."""
+@pytest.mark.parametrize("cause", ["stop", "dead_actor"])
+def test_the_last_checkpoint_is_written_before_the_acting_side_closes(cause, tmp_path, monkeypatch):
+    """On a stop (Ctrl-C or SIGTERM) or a failed actor, the checkpoint is written before the
+    transport closes, so a close that fails (or hangs until a scheduler's SIGKILL) loses nothing
+    (H200 session of 2026-11-28: a run died at its SIGTERM and left no checkpoint)."""
     close = Transport.__exit__
 
     def close_then_fail(self, *exc):
@@ -91,16 +92,26 @@ def test_a_stop_checkpoints_before_the_acting_side_closes(tmp_path, monkeypatch)
         raise RuntimeError("the acting side failed to close")
 
     monkeypatch.setattr(Transport, "__exit__", close_then_fail)
+    multinomial, calls = torch.multinomial, itertools.count()
+
+    def boom_after_a_while(*args, **kwargs):  # as in the crashing actor's test above
+        if next(calls) == 100:
+            raise ValueError("boom in the actor")
+        return multinomial(*args, **kwargs)
 
     def stop_at_320(step, metrics):
         if step == 320:
             os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: the run stops after this update
 
-    run_dir = str(tmp_path / "stop")
+    if cause == "dead_actor":
+        monkeypatch.setattr("torch.multinomial", boom_after_a_while)
+    run_dir = str(tmp_path / cause)
     with pytest.raises(RuntimeError, match="failed to close"):
-        train(config("ff", run_dir, "--total_steps", "100000"), on_update=stop_at_320)
+        train(config("ff", run_dir, "--total_steps", "100000"), on_update=stop_at_320 if cause == "stop" else None)
     assert multiprocessing.active_children() == []
-    assert read_checkpoint(checkpoints(run_dir)[0])["counters"]["step"] == 320
+    step = read_checkpoint(checkpoints(run_dir)[0])["counters"]["step"]
+    assert step > 0 and step == read_csv(os.path.join(run_dir, "logs.csv"))[-1]["step"]
+    assert cause != "stop" or step == 320
 
 
 def _group_members(pgid: int) -> list[int]:

@@ -267,47 +267,48 @@ def _train(cfg: TrainConfig, device: torch.device,
     waited, first = 0.0, None
     try:
         with transport, GracefulStop() as stop:
-            while counters["step"] < cfg.run.total_steps and not stop.requested():
-                t0 = time.time()
-                batch = transport.get_batch(stop.requested)
-                if batch is None:
-                    break
-                waited += time.time() - t0
-                batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-                metrics = learn_from_batch(trainer, model, batch, cfg, minibatch_generator)
-                transport.publish_weights(model)
+            try:
+                while counters["step"] < cfg.run.total_steps and not stop.requested():
+                    t0 = time.time()
+                    batch = transport.get_batch(stop.requested)
+                    if batch is None:
+                        break
+                    waited += time.time() - t0
+                    batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+                    metrics = learn_from_batch(trainer, model, batch, cfg, minibatch_generator)
+                    transport.publish_weights(model)
 
-                done = batch["done"][1:]
-                returns.extend(batch["episode_return"][1:][done].tolist())
-                counters["step"] += steps_per_update
-                counters["updates"] += 1
-                counters["episodes"] += int(done.sum())
-                history.append((time.time(), counters["step"], waited))
-                first = first or history[0]
-                (t_a, step_a, wait_a), (t_b, step_b, wait_b) = history[0], history[-1]
-                metrics = {"sps": (step_b - step_a) / (t_b - t_a) if t_b > t_a else math.nan,
-                           "learner_wait": (wait_b - wait_a) / (t_b - t_a) if t_b > t_a else math.nan,
-                           "mean_return": returns.mean(), "episodes": counters["episodes"], **metrics,
-                           **transport.stats()}
-                logger.log(counters["step"], metrics)
-                if on_update is not None:
-                    on_update(counters["step"], metrics)
-                logger.progress(counters["step"], {k: metrics[k] for k in PROGRESS_KEYS if k in metrics},
-                                force=bool(metrics["nonfinite"]))
-                if milestones and counters["step"] >= milestones[0]:
-                    while milestones and counters["step"] >= milestones[0]:
-                        milestones.pop(0)
-                    checkpoint(milestone=True)
-                    last_ckpt = time.time()
-                elif time.time() - last_ckpt > 60 * cfg.checkpoint.interval_minutes:
-                    checkpoint()
-                    last_ckpt = time.time()
+                    done = batch["done"][1:]
+                    returns.extend(batch["episode_return"][1:][done].tolist())
+                    counters["step"] += steps_per_update
+                    counters["updates"] += 1
+                    counters["episodes"] += int(done.sum())
+                    history.append((time.time(), counters["step"], waited))
+                    first = first or history[0]
+                    (t_a, step_a, wait_a), (t_b, step_b, wait_b) = history[0], history[-1]
+                    metrics = {"sps": (step_b - step_a) / (t_b - t_a) if t_b > t_a else math.nan,
+                               "learner_wait": (wait_b - wait_a) / (t_b - t_a) if t_b > t_a else math.nan,
+                               "mean_return": returns.mean(), "episodes": counters["episodes"], **metrics,
+                               **transport.stats()}
+                    logger.log(counters["step"], metrics)
+                    if on_update is not None:
+                        on_update(counters["step"], metrics)
+                    logger.progress(counters["step"], {k: metrics[k] for k in PROGRESS_KEYS if k in metrics},
+                                    force=bool(metrics["nonfinite"]))
+                    if milestones and counters["step"] >= milestones[0]:
+                        while milestones and counters["step"] >= milestones[0]:
+                            milestones.pop(0)
+                        checkpoint(milestone=True)
+                        last_ckpt = time.time()
+                    elif time.time() - last_ckpt > 60 * cfg.checkpoint.interval_minutes:
+                        checkpoint()
+                        last_ckpt = time.time()
+            except ActorError:  # between updates, so consistent: keep the progress, then report the actor
+                checkpoint()
+                raise
             if stop.requested():
                 print(f"stopping at step {counters['step']:,}", flush=True)
             checkpoint()  # before the acting side closes: a close that fails or hangs loses nothing
-    except ActorError:
-        checkpoint()  # between updates, so consistent: keep the progress, then report the actor
-        raise
     finally:
         logger.close()
     elapsed, steps = (history[-1][0] - first[0], history[-1][1] - first[1]) if first else (0.0, 0)
