@@ -1,18 +1,34 @@
 """Compile every fastnet Triton kernel for sm_80 and sm_90 (no GPU needed) and print the
-resource table: registers, shared memory, stack, local memory, spill stores/loads.
+resource table: registers, shared memory, stack, local memory, spill stores/loads. The
+compilations run in one process per CPU.
 
     python cuda/compile_check.py [--heads 16,32,64,128] [--arch 80,90]
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 os.environ.pop("TRITON_INTERPRET", None)  # real compilation, not the interpreter
 
 from fastnet.kernels.compile_report import all_specs, compile_spec, format_table
+
+
+@functools.cache
+def _specs(heads: tuple[int, ...]) -> list:
+    return all_specs(heads)
+
+
+def _compile(job: tuple[tuple[int, ...], int, int]):
+    """A worker's compilation of kernel ``index`` of ``_specs(heads)`` for ``arch``: its report
+    without the spec, whose kernel function does not pickle."""
+    heads, index, arch = job
+    return dataclasses.replace(compile_spec(_specs(heads)[index], arch), spec=None)
 
 
 def main() -> int:
@@ -22,11 +38,11 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="also write the reports to this JSON file")
     a = ap.parse_args()
     heads = tuple(int(x) for x in a.heads.split(","))
-    reports = []
+    specs = _specs(heads)
+    jobs = [(heads, i, int(arch)) for i in range(len(specs)) for arch in a.arch.split(",")]
     t0 = time.time()
-    for spec in all_specs(heads):
-        for arch in (int(x) for x in a.arch.split(",")):
-            reports.append(compile_spec(spec, arch))
+    with ProcessPoolExecutor(os.cpu_count()) as pool:
+        reports = [dataclasses.replace(r, spec=specs[i]) for (_, i, _), r in zip(jobs, pool.map(_compile, jobs))]
     print(format_table(reports))
     if a.json:
         with open(a.json, "w") as f:

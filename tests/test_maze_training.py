@@ -63,15 +63,21 @@ def test_every_core_trains_logs_checkpoints_and_resumes(core, tmp_path):
     assert multiprocessing.active_children() == []
 
 
-def test_crashing_actor_stops_the_run_with_its_traceback_and_keeps_its_progress(tmp_path, monkeypatch):
+def crash_the_actors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every actor raise "boom in the actor" 10 unrolls into the run, by then the learner
+    has made updates (only actors sample: ``torch.multinomial``)."""
     multinomial, calls = torch.multinomial, itertools.count()
 
     def boom_after_a_while(*args, **kwargs):  # each forked actor counts its own calls
-        if next(calls) == 100:  # 10 unrolls into the run: the learner has made updates by then
+        if next(calls) == 100:
             raise ValueError("boom in the actor")
         return multinomial(*args, **kwargs)
 
-    monkeypatch.setattr("torch.multinomial", boom_after_a_while)  # only actors sample
+    monkeypatch.setattr("torch.multinomial", boom_after_a_while)
+
+
+def test_crashing_actor_stops_the_run_with_its_traceback_and_keeps_its_progress(tmp_path, monkeypatch):
+    crash_the_actors(monkeypatch)
     run_dir = str(tmp_path / "crash")
     with pytest.raises(ActorError, match=r"(?s)actor \d crashed:.*ValueError: boom in the actor"):
         train(config("ff", run_dir, "--total_steps", "100000"))
@@ -92,19 +98,13 @@ def test_the_last_checkpoint_is_written_before_the_acting_side_closes(cause, tmp
         raise RuntimeError("the acting side failed to close")
 
     monkeypatch.setattr(Transport, "__exit__", close_then_fail)
-    multinomial, calls = torch.multinomial, itertools.count()
-
-    def boom_after_a_while(*args, **kwargs):  # as in the crashing actor's test above
-        if next(calls) == 100:
-            raise ValueError("boom in the actor")
-        return multinomial(*args, **kwargs)
 
     def stop_at_320(step, metrics):
         if step == 320:
             os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: the run stops after this update
 
     if cause == "dead_actor":
-        monkeypatch.setattr("torch.multinomial", boom_after_a_while)
+        crash_the_actors(monkeypatch)
     run_dir = str(tmp_path / cause)
     with pytest.raises(RuntimeError, match="failed to close"):
         train(config("ff", run_dir, "--total_steps", "100000"), on_update=stop_at_320 if cause == "stop" else None)
