@@ -41,7 +41,7 @@ def main() -> int:
     specs = _specs(heads)
     jobs = [(heads, i, int(arch)) for i in range(len(specs)) for arch in a.arch.split(",")]
     t0 = time.time()
-    with ProcessPoolExecutor(os.cpu_count()) as pool:
+    with ProcessPoolExecutor() as pool:  # one worker per CPU
         reports = [dataclasses.replace(r, spec=specs[i]) for (_, i, _), r in zip(jobs, pool.map(_compile, jobs))]
     print(format_table(reports))
     if a.json:
