@@ -3,7 +3,7 @@
 # gets 15 minutes of device time in all, start-up included, so one call of under 10 minutes is
 # what fits.
 #
-#   run(command="bash cuda/gpu_session.sh", carry=[".whl"], timeout_s=595)
+#   run(command="bash cuda/gpu_session.sh", carry=[".whl", ".gpu"], timeout_s=595)
 #
 # 1. inference: the acting side on Atari (launch/bench.py inference, 12 workers x 4 games = the
 #    papers' 48, 1 and 2 splits): raw ALE, actor mode, server mode, zero-cost server (issue 41:
@@ -13,21 +13,26 @@
 #    then per 48 games served in batches of 4 units of 2 games (2 splits, staggered workers).
 #    Both with atari.yaml's batch of 32 games (8 units per batch), whose rows the serve function
 #    writes as runs of consecutive units since 2026-11-27 (earlier sessions: one unit per batch).
-# 3. env_threads: the zero-cost server with no wait, with the default ALE threads (each worker's
-#    AtariVectorEnv takes min(envs, cpus) threads: 48 threads on 16 cpus at 12 x 4) and with one
-#    per env worker, side by side (2026-11-27: 0.53 of raw with one thread, on another host
-#    than the default's 0.51). 2 splits batching half the envs (max_batch 24) was measured on
-#    2026-11-27 (0.39 of raw, level with 1 split) and left the script.
+# 3. parity: does the Pong checkpoint carried in .gpu/ (the eleventh run's, 2.84M steps: +2.8 in
+#    training, sampled on the GPU; -10.2 sampled and +0.5 to +1.7 argmax when played on the CPU)
+#    act on the GPU as on the CPU? cuda/policy_parity.py plays it on the GPU with sampled actions
+#    (the games' mean score), then replays the inputs on the CPU, on the GPU without TF32 and with
+#    the reference kernels, and on the GPU as played: KL, logit gaps and argmax agreement per
+#    stretch of time. Prepare: mkdir -p .gpu && cp <that checkpoint> .gpu/pong_delta_2.84M.pt and
+#    add .gpu to carry (without it the step is skipped). It replaced env_threads (the zero-cost
+#    server with one ALE thread per worker against the default: level in five sessions running).
 # 4. atari_training: the papers' setup end to end (deep ResNet, delta core, 48 Pong games, server
-#    mode with the faster split of step 1) for TRAIN_S seconds; its logs.csv (sps, learner_wait and
+#    mode with the faster split of step 1) for TRAIN_S seconds (300 by default, which leaves the
+#    parity step its time within 15 minutes); its logs.csv (sps, learner_wait and
 #    mean_return per update) comes back as $OUT/atari_logs.csv (a call returns at most 8 files). Halfway
 #    through, py-spy samples the learner's process (its inference and learner threads) for 30 s
 #    into $OUT/pyspy_learner.txt (raw collapsed stacks): where the serve loop's time goes.
 #    The run lives in /tmp/atari_run, which a warm machine keeps between calls (it goes back
-#    after 30 s idle): `TRAIN_ONLY=1 TRAIN_S=340 bash cuda/gpu_session.sh` (timeout_s=390), called
+#    after 30 s idle): `TRAIN_ONLY=1 TRAIN_S=330 bash cuda/gpu_session.sh` (timeout_s=380), called
 #    at once after the first call, skips steps 1-3 and resumes the run for another TRAIN_S seconds
 #    (2026-11-28: 1.17M to 2.28M steps, Pong -18.7 to -9.9; 1.23M to 2.61M, -16.9 to +0.7; 1.30M
-#    to 2.66M, -16.4 to -7.6; both calls took 848-851 s of the 900 each time). The ninth session's
+#    to 2.66M, -16.4 to -7.6; 1.40M to 2.84M, -13.0 to +2.8; both calls took 837-851 s of the 900
+#    each time, with the 42 s env_threads step and 330 + 340 s of training). The ninth session's
 #    first call left no checkpoint (no periodic one within 5.5 minutes, and the run died at its
 #    SIGTERM), so its second call started afresh: the run now checkpoints every 2 minutes.
 # The Triton kernels have not changed since they passed every test on the H100 (2026-11-25; on
@@ -43,7 +48,7 @@
 #     py-spy
 # Each step's output is in $OUT/<step>.txt.
 set -u
-TRAIN_S=${TRAIN_S:-330}
+TRAIN_S=${TRAIN_S:-300}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "the wheels in .whl did not install"; exit 1; }
 # PYTHONFAULTHANDLER: a native crash prints every thread's stack (2026-11-28, ninth session: the
@@ -75,10 +80,9 @@ if [ -z "${TRAIN_ONLY:-}" ]; then
   echo "$splits" > /tmp/atari_splits
   step serve_cost 30 python3 cuda/serve_cost.py --device cuda --batch-size 32 --profile
   step serve_cost_small_batches 30 python3 cuda/serve_cost.py --device cuda --batch-size 32 --splits 2 --units-per-batch 4
-  step env_threads 60 bash -c 'python3 launch/bench.py inference --device cuda --env atari --core delta \
-    --num-actors 12 --envs-per-actor 4 --splits 1 2 --wait-ms 0 --reps 1 --modes zero-cost; \
-    python3 launch/bench.py inference --device cuda --env atari --core delta --num-actors 12 --envs-per-actor 4 \
-    --splits 1 2 --wait-ms 0 --reps 1 --modes zero-cost --flags --env.num_threads 1'
+  if [ -f .gpu/pong_delta_2.84M.pt ]; then
+    step parity 110 python3 cuda/policy_parity.py .gpu/pong_delta_2.84M.pt --device cuda --envs 16 --steps 2500
+  fi
 fi
 ( sleep $((TRAIN_S / 2)); pid=$(pgrep -o -f '^python3 launch/atari.py') && /tmp/site/bin/py-spy record --pid "$pid" \
     --duration 30 --rate 200 --threads --idle --nonblocking --format raw -o "$OUT/pyspy_learner.txt" \

@@ -5,6 +5,7 @@ import pathlib
 import re
 import runpy
 
+import numpy as np
 import pytest
 import torch
 
@@ -64,3 +65,38 @@ def test_the_serve_cost_workbench_serves_rounds_with_no_workers():
         assert served == [1, 2, 3, 4, 5, 7, 9, 11, 13]  # one batch per round, then one per unit
     finally:
         server.close()
+
+
+def _parity_workbench() -> dict:
+    return runpy.run_path(str(pathlib.Path(__file__).parent.parent / "cuda" / "policy_parity.py"))
+
+
+def test_the_policy_parity_workbench_gets_back_what_it_played_when_nothing_differs(tmp_path, capsys):
+    """cuda/policy_parity.py (a step of cuda/gpu_session.sh) on the CPU: each replay of the recorded
+    inputs, with the core state carried from step to step, gives back the logits that were played
+    (an lstm's, so a replay that lost the state would not), and the report says so."""
+    from agents.learning.learner import train
+    from launch.maze import ENTRY
+
+    run_dir = tmp_path / "maze-lstm"
+    train(ENTRY.load(["--core", "lstm", "--total_steps", "3000", "--run_dir", str(run_dir),
+                      "--log.tensorboard", "false"]))
+    report = _parity_workbench()["main"]([str(run_dir / "checkpoint.pt"), "--device", "cpu", "--envs", "4",
+                                          "--steps", "60", "--replay-envs", "3", "--bins", "2"])
+    assert len(report) == 3 and all(len(rows) == 2 for rows in report.values())
+    for rows in report.values():
+        for _, kl, gap, agree in rows:
+            assert abs(kl) < 1e-6 and gap < 1e-4 and agree == 1.0
+    out = capsys.readouterr().out
+    assert "4 games x 60 steps on cpu" in out and "the sampler: the most likely action taken at" in out
+
+
+def test_the_policy_parity_comparison_on_a_hand_worked_pair():
+    """Played logits [0, 1] against replayed [1, 0]: KL(p || q) = (p1 - p0) * 1 = tanh(1/2), the largest
+    gap 1, and the argmax never agrees."""
+    compare = _parity_workbench()["compare"]
+    played, replayed = [torch.tensor([[0.0, 1.0]])] * 4, [torch.tensor([[1.0, 0.0]])] * 4
+    rows = compare(played, replayed, 2)
+    assert [first for first, *_ in rows] == [0, 2]
+    for _, kl, gap, agree in rows:
+        assert kl == pytest.approx(float(np.tanh(0.5)), rel=1e-6) and gap == pytest.approx(1.0) and agree == 0.0

@@ -1,0 +1,138 @@
+"""GPU workbench: does a checkpoint's policy act on the GPU as it does on the CPU?
+
+The eleventh Pong run (2026-11-28) reached +2.8 in training, with actions sampled by the
+inference server on the GPU. Its checkpoint, played on the CPU, scored +0.5 and +1.7 with argmax
+actions but -10.2 with sampled ones (30 games), and every CPU path agreed: launch/evaluate.py,
+the inference server run on the CPU, a plain loop. So either the same weights act differently
+on the GPU, or the training's moving policy outplays any one snapshot of it.
+
+This plays the checkpoint on ``--device`` with sampled actions, as the server does, and records
+every step's inputs and logits. Then it replays those inputs step by step, the core state
+carried, on the CPU (float32, the PyTorch reference kernels), then on ``--device`` with TF32 off
+and the reference kernels, then on ``--device`` as played (a control: it must match). Per variant
+and stretch of time: the mean KL(played || replayed), the largest logit gap and how often the
+argmax agrees. It also prints the mean score of the games the play finished, and whether the
+sampler took the most likely action as often as its probability says.
+
+    python cuda/policy_parity.py atari_checkpoint.pt --device cuda --envs 16 --steps 3000
+
+Runs on the CPU too (``--device cpu``: every variant is then the CPU's).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+import envs
+from agents.config import options
+from fastnet.kernels import kernel_mode, set_kernel_mode
+from launch.evaluate import load_agent
+
+
+def play(model, env, *, steps: int, device: torch.device, seed: int) -> tuple[list, list[float]]:
+    """``steps`` steps of every env with sampled actions on ``device``. Returns the records
+    [(inputs (obs, prev_reward, prev_action, done) on the CPU, logits [N,A] on the CPU, actions [N])]
+    and the scores of the games that ended."""
+    n = env.num_envs
+    generator = torch.Generator(device=device).manual_seed(seed)
+    state = model.initial_state(n, device)
+    obs, reward = env.reset(), np.zeros(n, np.float32)
+    action, done = np.zeros(n, np.int64), np.ones(n, bool)
+    records, scores = [], []
+    for _ in range(steps):
+        inputs = tuple(torch.from_numpy(np.asarray(x)) for x in (obs, reward, action, done))
+        chosen, logits, state = model.act(*(x.to(device) for x in inputs), state, sample=True, generator=generator)
+        action = chosen.cpu().numpy()
+        records.append((inputs, logits.float().cpu(), torch.from_numpy(action)))
+        obs, reward, done, info = env.step(action)
+        scores += [float(s) for s in np.asarray(info["episode_return"])[done]]
+    return records, scores
+
+
+def replay(model, records: list, *, envs_: slice, device: torch.device) -> list[torch.Tensor]:
+    """The logits [n,A] of ``model`` on ``device`` for the recorded inputs of the envs ``envs_``,
+    one step at a time with the core state carried (argmax actions: nothing is sampled)."""
+    n = len(range(*envs_.indices(records[0][1].shape[0])))
+    state = model.initial_state(n, device)
+    out = []
+    with torch.no_grad():
+        for inputs, _, _ in records:
+            _, logits, state = model.act(*(x[envs_].to(device) for x in inputs), state, sample=False)
+            out.append(logits.float().cpu())
+    return out
+
+
+def compare(played: list[torch.Tensor], replayed: list[torch.Tensor], bins: int) -> list[tuple]:
+    """Per stretch of time (``bins`` of them): (first step, mean KL(played || replayed) in nats,
+    largest |logit gap|, share of steps whose argmax agrees)."""
+    rows = []
+    for chunk in np.array_split(np.arange(len(played)), bins):
+        p = torch.stack([played[t] for t in chunk]).log_softmax(-1)
+        q = torch.stack([replayed[t] for t in chunk]).log_softmax(-1)
+        kl = (p.exp() * (p - q)).sum(-1).mean().item()
+        gap = (torch.stack([played[t] for t in chunk]) - torch.stack([replayed[t] for t in chunk])).abs().max().item()
+        agree = (p.argmax(-1) == q.argmax(-1)).float().mean().item()
+        rows.append((int(chunk[0]), kl, gap, agree))
+    return rows
+
+
+def on_device_without_tf32(model, records, *, envs_: slice, device: torch.device) -> list[torch.Tensor]:
+    """:func:`replay` on ``device`` with TF32 off (cuDNN and matmuls) and the reference kernels."""
+    saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32, kernel_mode())
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    set_kernel_mode("reference")
+    try:
+        return replay(model, records, envs_=envs_, device=device)
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved[:2]
+        set_kernel_mode(saved[2])
+
+
+def main(argv: list[str] | None = None) -> dict[str, list]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("checkpoint")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--envs", type=int, default=16, help="games played at once")
+    ap.add_argument("--steps", type=int, default=3000, help="agent steps of each game")
+    ap.add_argument("--replay-envs", type=int, default=8, help="how many of the games each variant replays")
+    ap.add_argument("--bins", type=int, default=6, help="stretches of time the comparison is reported in")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    model, cfg, counters = load_agent(args.checkpoint)
+    env = envs.make(cfg.env.name, num_envs=args.envs, seed=args.seed, **options(cfg.env))
+    start = time.time()
+    records, scores = play(model.to(device), env, steps=args.steps, device=device, seed=args.seed)
+    env.close()
+    print(f"{cfg.env.name} {getattr(cfg.env, 'game', '')}, core {cfg.core.name}, step {counters['step']:,}: "
+          f"{args.envs} games x {args.steps} steps on {device} in {time.time() - start:.0f} s, sampled actions; "
+          f"{len(scores)} games ended, mean score {np.mean(scores) if scores else float('nan'):.2f}")
+    logits = torch.cat([r[1] for r in records])
+    chosen = torch.cat([r[2] for r in records])
+    print(f"the sampler: the most likely action taken at {(chosen == logits.argmax(-1)).float().mean():.3f} of the "
+          f"steps, its mean probability {logits.softmax(-1).max(-1).values.mean():.3f} (they match if it is unbiased)")
+    envs_ = slice(0, min(args.replay_envs, args.envs))
+    played = [r[1][envs_] for r in records]
+    variants = {  # the CPU first: the comparison the workbench is for
+        "cpu, float32, reference kernels": lambda: replay(model.cpu(), records, envs_=envs_,
+                                                          device=torch.device("cpu")),
+        f"{device}, no TF32, reference kernels": lambda: on_device_without_tf32(model.to(device), records,
+                                                                              envs_=envs_, device=device),
+        f"{device}, as played (control)": lambda: replay(model.to(device), records, envs_=envs_, device=device),
+    }
+    report = {}
+    for name, run in variants.items():
+        start = time.time()
+        report[name] = compare(played, run(), args.bins)
+        print(f"\nreplayed on {name} ({envs_.stop} games, {time.time() - start:.0f} s)")
+        print(f"{'from step':>9} {'KL (nats)':>11} {'max |dlogit|':>13} {'argmax agrees':>14}")
+        for first, kl, gap, agree in report[name]:
+            print(f"{first:>9} {kl:>11.2e} {gap:>13.2e} {agree:>14.3f}")
+    return report
+
+
+if __name__ == "__main__":
+    main()
