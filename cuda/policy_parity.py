@@ -3,8 +3,9 @@
 The eleventh Pong run (2026-11-28) reached +2.8 in training, with actions sampled by the
 inference server on the GPU. Its checkpoint, played on the CPU, scored +0.5 and +1.7 with argmax
 actions but -10.2 with sampled ones (30 games), and every CPU path agreed: launch/evaluate.py,
-the inference server run on the CPU, a plain loop. So either the same weights act differently
-on the GPU, or the training's moving policy outplays any one snapshot of it.
+the inference server run on the CPU, a plain loop. Resumed on the CPU with learning on, the
+same weights made -1.4 over their first 48 games: the moving policy of training outplays the
+frozen snapshot. Whether the GPU adds to the rest of the gap is what this checks.
 
 This plays the checkpoint on ``--device`` with sampled actions, as the server does, and records
 every step's inputs and logits. Then it replays those inputs step by step, the core state
