@@ -15,8 +15,8 @@
 #    writes as runs of consecutive units since 2026-11-27 (earlier sessions: one unit per batch).
 # 3. parity: does the Pong checkpoint carried in .gpu/ (the eleventh run's, 2.84M steps: +2.8 in
 #    training, sampled on the GPU; -10.2 sampled and +0.5 to +1.7 argmax when played on the CPU)
-#    act on the GPU as on the CPU? cuda/policy_parity.py plays it on the GPU with sampled actions
-#    (the games' mean score), then replays the inputs on the CPU, on the GPU without TF32 and with
+#    act on the GPU as on the CPU? cuda/policy_parity.py plays one game per env (16) on the GPU
+#    with sampled actions (their mean score), then replays the inputs on the CPU, on the GPU without TF32 and with
 #    the reference kernels, and on the GPU as played: KL, logit gaps and argmax agreement per
 #    stretch of time. Prepare: mkdir -p .gpu && cp <that checkpoint> .gpu/pong_delta_2.84M.pt and
 #    add .gpu to carry (without it the step is skipped). It replaced env_threads (the zero-cost
@@ -81,7 +81,7 @@ if [ -z "${TRAIN_ONLY:-}" ]; then
   step serve_cost 30 python3 cuda/serve_cost.py --device cuda --batch-size 32 --profile
   step serve_cost_small_batches 30 python3 cuda/serve_cost.py --device cuda --batch-size 32 --splits 2 --units-per-batch 4
   if [ -f .gpu/pong_delta_2.84M.pt ]; then
-    step parity 110 python3 cuda/policy_parity.py .gpu/pong_delta_2.84M.pt --device cuda --envs 16 --steps 2500
+    step parity 110 python3 cuda/policy_parity.py .gpu/pong_delta_2.84M.pt --device cuda --envs 16 --replay-envs 6
   fi
 fi
 ( sleep $((TRAIN_S / 2)); pid=$(pgrep -o -f '^python3 launch/atari.py') && /tmp/site/bin/py-spy record --pid "$pid" \

@@ -7,15 +7,16 @@ the inference server run on the CPU, a plain loop. Resumed on the CPU with learn
 same weights made -1.4 over their first 48 games: the moving policy of training outplays the
 frozen snapshot. Whether the GPU adds to the rest of the gap is what this checks.
 
-This plays the checkpoint on ``--device`` with sampled actions, as the server does, and records
-every step's inputs and logits. Then it replays those inputs step by step, the core state
-carried, on the CPU (float32, the PyTorch reference kernels), then on ``--device`` with TF32 off
-and the reference kernels, then on ``--device`` as played (a control: it must match). Per variant
-and stretch of time: the mean KL(played || replayed), the largest logit gap and how often the
-argmax agrees. It also prints the mean score of the games the play finished, and whether the
-sampler took the most likely action as often as its probability says.
+This plays whole games of the checkpoint on ``--device`` with sampled actions, as the server
+does, in launch/evaluate.py's game loop, and records every step's inputs and logits. Then it
+replays those inputs step by step, the core state carried, on the CPU (float32, the PyTorch
+reference kernels), then on ``--device`` with TF32 off and the reference kernels, then on
+``--device`` as played (a control: it must match). Per variant and stretch of time: the mean
+KL(played || replayed), the largest logit gap and how often the argmax agrees. It also prints
+the mean score of the games played, and whether the sampler took the most likely action as
+often as its probability says.
 
-    python cuda/policy_parity.py atari_checkpoint.pt --device cuda --envs 16 --steps 3000
+    python cuda/policy_parity.py atari_checkpoint.pt --device cuda --envs 16
 
 Runs on the CPU too (``--device cpu``: every variant is then the CPU's).
 """
@@ -30,27 +31,28 @@ import torch
 import envs
 from agents.config import options
 from fastnet.kernels import kernel_mode, set_kernel_mode
-from launch.evaluate import load_agent
+from launch.evaluate import load_agent, play
 
 
-def play(model, env, *, steps: int, device: torch.device, seed: int) -> tuple[list, list[float]]:
-    """``steps`` steps of every env with sampled actions on ``device``. Returns the records
-    [(inputs (obs, prev_reward, prev_action, done) on the CPU, logits [N,A] on the CPU, actions [N])]
-    and the scores of the games that ended."""
-    n = env.num_envs
-    generator = torch.Generator(device=device).manual_seed(seed)
-    state = model.initial_state(n, device)
-    obs, reward = env.reset(), np.zeros(n, np.float32)
-    action, done = np.zeros(n, np.int64), np.ones(n, bool)
-    records, scores = [], []
-    for _ in range(steps):
-        inputs = tuple(torch.from_numpy(np.asarray(x)) for x in (obs, reward, action, done))
-        chosen, logits, state = model.act(*(x.to(device) for x in inputs), state, sample=True, generator=generator)
-        action = chosen.cpu().numpy()
-        records.append((inputs, logits.float().cpu(), torch.from_numpy(action)))
-        obs, reward, done, info = env.step(action)
-        scores += [float(s) for s in np.asarray(info["episode_return"])[done]]
-    return records, scores
+class RecordingPolicy:
+    """A policy for :func:`launch.evaluate.play` (the protocol's own game loop): sampled actions from
+    ``model`` on ``device``, as the inference server acts, keeping every step's ``records``
+    (inputs (obs, prev_reward, prev_action, done) on the CPU, logits [N,A] on the CPU, actions [N])."""
+
+    def __init__(self, model, *, num_envs: int, device: torch.device, seed: int):
+        self.model, self.device = model, device
+        self.state = model.initial_state(num_envs, device)
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+        self.records: list = []
+
+    def __call__(self, obs: np.ndarray, reward: np.ndarray, action: np.ndarray, done: np.ndarray) -> np.ndarray:
+        # copies (np.array): an env may reuse its arrays
+        inputs = tuple(torch.from_numpy(np.array(x)) for x in (obs, reward, action, done))
+        chosen, logits, self.state = self.model.act(*(x.to(self.device) for x in inputs), self.state, sample=True,
+                                                    generator=self.generator)
+        chosen = chosen.cpu()
+        self.records.append((inputs, logits.float().cpu(), chosen))
+        return chosen.numpy()
 
 
 def replay(model, records: list, *, envs_: slice, device: torch.device) -> list[torch.Tensor]:
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> dict[str, list]:
     ap.add_argument("checkpoint")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--envs", type=int, default=16, help="games played at once")
-    ap.add_argument("--steps", type=int, default=3000, help="agent steps of each game")
+    ap.add_argument("--games", type=int, default=1, help="whole games each env plays")
     ap.add_argument("--replay-envs", type=int, default=8, help="how many of the games each variant replays")
     ap.add_argument("--bins", type=int, default=6, help="stretches of time the comparison is reported in")
     ap.add_argument("--seed", type=int, default=0)
@@ -106,11 +108,15 @@ def main(argv: list[str] | None = None) -> dict[str, list]:
     model, cfg, counters = load_agent(args.checkpoint)
     env = envs.make(cfg.env.name, num_envs=args.envs, seed=args.seed, **options(cfg.env))
     start = time.time()
-    records, scores = play(model.to(device), env, steps=args.steps, device=device, seed=args.seed)
-    env.close()
+    policy = RecordingPolicy(model.to(device), num_envs=args.envs, device=device, seed=args.seed)
+    try:
+        scores, _ = play(env, policy, args.games)
+    finally:
+        env.close()
+    records, scores = policy.records, [s for per_env in scores for s in per_env]
     print(f"{cfg.env.name} {getattr(cfg.env, 'game', '')}, core {cfg.core.name}, step {counters['step']:,}: "
-          f"{args.envs} games x {args.steps} steps on {device} in {time.time() - start:.0f} s, sampled actions; "
-          f"{len(scores)} games ended, mean score {np.mean(scores) if scores else float('nan'):.2f}")
+          f"{len(scores)} games on {device} ({len(records)} steps of {args.envs} envs, {time.time() - start:.0f} s), "
+          f"sampled actions: mean score {np.mean(scores):.2f}")
     logits = torch.cat([r[1] for r in records])
     chosen = torch.cat([r[2] for r in records])
     print(f"the sampler: the most likely action taken at {(chosen == logits.argmax(-1)).float().mean():.3f} of the "

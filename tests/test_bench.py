@@ -80,15 +80,15 @@ def test_the_policy_parity_workbench_gets_back_what_it_played_when_nothing_diffe
 
     run_dir = tmp_path / "maze-lstm"
     train(ENTRY.load(["--core", "lstm", "--total_steps", "3000", "--run_dir", str(run_dir),
-                      "--log.tensorboard", "false"]))
+                      "--env.episode_length", "30", "--log.tensorboard", "false"]))
     report = _parity_workbench()["main"]([str(run_dir / "checkpoint.pt"), "--device", "cpu", "--envs", "4",
-                                          "--steps", "60", "--replay-envs", "3", "--bins", "2"])
+                                          "--games", "2", "--replay-envs", "3", "--bins", "2"])
     assert len(report) == 3 and all(len(rows) == 2 for rows in report.values())
     for rows in report.values():
         for _, kl, gap, agree in rows:
             assert abs(kl) < 1e-6 and gap < 1e-4 and agree == 1.0
     out = capsys.readouterr().out
-    assert "4 games x 60 steps on cpu" in out and "the sampler: the most likely action taken at" in out
+    assert "8 games on cpu (60 steps of 4 envs" in out and "the sampler: the most likely action taken at" in out
 
 
 def test_the_policy_parity_comparison_on_a_hand_worked_pair():
