@@ -66,7 +66,8 @@ def _pool(start_method: str, num_buffers: int | None = None, model: AgentNet | N
 def _policy_lags(num_buffers: int | None, batches: int = 8) -> list[int]:
     """With a learner slower than the actors: for each batch, how many weight versions it lags
     behind the learner's. Version v of the weights makes logit 0 equal v, so each unroll's
-    logits say which versions acted in it (the oldest counts)."""
+    logits say which versions acted in it (the oldest counts); the ``policy_version`` the
+    actors record at each step must say the same (no weights are written while they act here)."""
     probe = envs.make("maze", num_envs=1)
     learner = AgentNet(tuple(probe.observation_shape), probe.num_actions, "lstm", {"hidden_size": 8})
     with torch.no_grad():
@@ -78,6 +79,7 @@ def _policy_lags(num_buffers: int | None, batches: int = 8) -> list[int]:
         for version in range(batches):
             batch = pool.get_batch()
             lags.append(version - int(batch["logits"][1:, :, 0].min()))
+            assert torch.equal(batch["policy_version"][1:].float(), batch["logits"][1:, :, 0])
             time.sleep(0.3)  # the learner's update: the actors fill every free buffer meanwhile
             with torch.no_grad():
                 learner.policy.bias[0] = version + 1

@@ -161,6 +161,28 @@ def test_server_mode_acts_exactly_as_a_sequential_rollout(core, unroll_length, g
     _check_acts_as_sequential_rollouts(model, server, W, splits, e, T, groups_per_batch)
 
 
+def test_each_step_records_the_version_of_the_weights_that_chose_its_action():
+    """Version v of the published weights makes logit 0 equal v, so the logits say which
+    version chose each action; ``policy_version`` must say the same at every step, in unrolls
+    that span several publications (3 workers in 2 units each, batches of two units' envs)."""
+    learner = _policy("lstm")
+    with torch.no_grad():
+        learner.policy.weight.zero_()
+        learner.policy.bias.zero_()
+    published, versions = 0, set()
+    with _server(learner, 3, 4, 3, 4, sample=False, worker_splits=2) as server:
+        for _ in range(12):
+            batch = server.get_batch()
+            acted = batch["policy_version"][1:]
+            assert torch.equal(acted.float(), batch["logits"][1:, :, 0])
+            assert (acted <= published).all() and (acted.diff(dim=0) >= 0).all()
+            versions |= set(acted.unique().tolist())
+            with torch.no_grad():
+                learner.policy.bias[0] = published = published + 1
+            server.publish_weights(learner)
+    assert len(versions) >= 4, versions  # the check saw weights change between batches
+
+
 def test_rows_merge_into_runs_of_consecutive_units_and_groups_by_hand():
     """(unit, batch, step, group) rows become one copy per run of consecutive units writing one
     step of one batch into consecutive groups, whatever order they come in."""
@@ -333,6 +355,8 @@ def test_cores_train_and_resume_in_server_mode(core, tmp_path):
     assert [r["step"] for r in rows] == [160 * i for i in range(1, 13)]
     batch_envs = [r["inference_batch"] for r in rows[:6] if not math.isnan(r["inference_batch"])]
     assert batch_envs and all(8 <= b <= 16 for b in batch_envs)  # 1 or 2 workers of 8 envs per inference batch
+    lags = [r["policy_lag"] for r in rows]  # each process's first batch is acted before it publishes any weights
+    assert lags[0] == lags[6] == 0 and all(0 <= lag <= 6 for lag in lags), lags
 
 
 @pytest.mark.slow

@@ -39,6 +39,7 @@ def create_buffers(num_buffers: int, unroll_length: int, num_envs: int, observat
         "episode_return": (steps, torch.float32),
         "episode_length": (steps, torch.int32),
         "final_value": (steps, torch.float32),
+        "policy_version": (steps, torch.int64),
     }
     specs.update({f"state_{i}": ((num_buffers, *s.shape), s.dtype) for i, s in enumerate(state)})
     buffers = {key: torch.zeros(shape, dtype=dtype, device=device) for key, (shape, dtype) in specs.items()}
@@ -60,11 +61,12 @@ def truncation_values(model: nn.Module, info: dict[str, Any], reward: Tensor, ac
 class EnvRunner:
     """Steps a batch of envs with a copy of the policy, one unroll of T+1 steps at a time,
     carrying the last step and the core state from one unroll to the next (an actor's work, in
-    actor mode and on a Ray actor host)."""
+    actor mode and on a Ray actor host). ``version`` (a 0-d tensor that the owner of the copy
+    updates) counts the weights published into ``model``; each step records it as ``policy_version``."""
 
-    def __init__(self, env: Any, model: nn.Module):
+    def __init__(self, env: Any, model: nn.Module, version: Tensor):
         n = env.num_envs
-        self.env, self.model = env, model
+        self.env, self.model, self.version = env, model, version
         self.step = {
             "obs": torch.from_numpy(env.reset()),
             "reward": torch.zeros(n),
@@ -73,6 +75,7 @@ class EnvRunner:
             "logits": torch.zeros(n, model.num_logits),
             "episode_return": torch.zeros(n),
             "episode_length": torch.zeros(n, dtype=torch.int32),
+            "policy_version": torch.zeros(n, dtype=torch.int64),
         }
         self.state = model.initial_state(n)
 
@@ -83,7 +86,7 @@ class EnvRunner:
             out[f"state_{k}"][:] = s
         for t in range(out["obs"].shape[0]):
             if t > 0:
-                step = self.step
+                step, version = self.step, int(self.version)  # read first: in actor mode the copy may change
                 action, logits, self.state = self.model.act(step["obs"], step["reward"], step["action"],
                                                             step["done"], self.state)
                 obs, reward, done, info = self.env.step(action.numpy())
@@ -93,6 +96,7 @@ class EnvRunner:
                     "done": torch.from_numpy(done), "action": action, "logits": logits,
                     "episode_return": torch.from_numpy(np.asarray(info["episode_return"], np.float32)),
                     "episode_length": torch.from_numpy(np.asarray(info["episode_length"], np.int32)),
+                    "policy_version": version,
                 }
                 if "truncated" in info:  # an env with time limits (the maze has none: its buffer stays 0)
                     self.step["final_value"] = truncation_values(self.model, info, reward, action, self.state)
@@ -101,7 +105,8 @@ class EnvRunner:
 
 
 def actor_loop(env_name: str, env_options: dict[str, Any], num_envs: int, seed: int, model: nn.Module,
-               buffers: dict[str, Tensor], free_queue: IndexQueue, full_queue: IndexQueue, stop: PipeFlag) -> None:
+               version: Tensor, buffers: dict[str, Tensor], free_queue: IndexQueue, full_queue: IndexQueue,
+               stop: PipeFlag) -> None:
     """Process body: fill free buffers with unrolls until ``stop`` is set or the learner dies."""
     import envs
 
@@ -110,7 +115,7 @@ def actor_loop(env_name: str, env_options: dict[str, Any], num_envs: int, seed: 
     torch.manual_seed(seed)  # forked actors would otherwise share the learner's sampling stream
     model.eval()  # e.g. FAVOR+ features are redrawn only in train mode
     env = envs.make(env_name, num_envs=num_envs, seed=seed, **env_options)
-    runner = EnvRunner(env, model)
+    runner = EnvRunner(env, model, version)
     while not stop.is_set() and os.getppid() == parent:  # an actor whose learner was killed exits
         try:
             i = free_queue.get(timeout=0.5)
@@ -131,15 +136,17 @@ class ActorPool(Transport):
 
         ``actor.num_buffers`` rollout buffers (default 2 x num_actors + unrolls_per_batch) circulate
         between the actors and the learner. When the learner is the slower side, the actors keep
-        them all full, and a batch is about ``num_buffers / unrolls_per_batch - 1`` batches older
-        than the weights that learn from it; ``unrolls_per_batch`` buffers bound that lag to one
-        batch (the actors fill the next batch while the learner learns from this one)."""
+        them all full, and a batch was acted about ``num_buffers / unrolls_per_batch`` updates
+        before the one that learns from it (the logged ``policy_lag``: 5 on the maze's defaults);
+        ``unrolls_per_batch`` buffers bound that lag to one update (the actors fill the next batch
+        while the learner learns from this one)."""
         num_buffers = 2 * actor.num_actors + unrolls_per_batch if actor.num_buffers is None else actor.num_buffers
         if num_buffers < unrolls_per_batch:
             raise ValueError(f"num_buffers ({num_buffers}) must be at least the unrolls per batch "
                              f"({unrolls_per_batch})")
         self.model = model
         self.shared_tensors = list(model.state_dict().values())  # what publish_weights copies into, in place
+        self.version = torch.zeros((), dtype=torch.int64).share_memory_()  # weights published so far
         self.buffers = create_buffers(num_buffers, actor.unroll_length, actor.envs_per_actor, envs.observation_shape,
                                       envs.observation_dtype, model.num_logits,
                                       model.initial_state(actor.envs_per_actor))
@@ -148,8 +155,8 @@ class ActorPool(Transport):
             self.free_queue.put(i)
         self.unrolls_per_batch = unrolls_per_batch
         self.workers = WorkerProcesses(
-            actor_loop, [(envs.name, envs.options, actor.envs_per_actor, envs.seeds[i], model, self.buffers,
-                          self.free_queue, self.full_queue) for i in range(actor.num_actors)], "actor",
+            actor_loop, [(envs.name, envs.options, actor.envs_per_actor, envs.seeds[i], model, self.version,
+                          self.buffers, self.free_queue, self.full_queue) for i in range(actor.num_actors)], "actor",
             actor.start_method)
         self.processes = self.workers.processes
 
@@ -180,10 +187,12 @@ class ActorPool(Transport):
     def publish_weights(self, model: nn.Module) -> None:
         """Copy the learner's weights and buffers into the actors' shared copy, tensor by tensor in
         place (the copy has the learner's architecture; ``load_state_dict``'s checks of every
-        module and key cost about a tenth of a maze update)."""
+        module and key cost about a tenth of a maze update), then count them in ``version``. An
+        actor may act while the copy is written: its steps record the version before it."""
         with torch.no_grad():
             for shared, learned in zip(self.shared_tensors, model.state_dict().values(), strict=True):
                 shared.copy_(learned)
+            self.version += 1
 
     def check(self) -> None:
         self.workers.check()

@@ -172,6 +172,8 @@ class InferenceServer(Transport):
         self.state_table = tuple(policy.initial_state(num_envs, device))
         self.prev_action = torch.zeros(num_envs, dtype=torch.int64)  # on the host, as the rows they go to
         self.prev_logits = torch.zeros((num_envs, policy.num_logits))
+        self.version = 0  # weights published so far
+        self.prev_version = torch.zeros(num_envs, dtype=torch.int64)  # the version that chose each env's last action
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
         self.ready, self.acted = IndexQueue(), [IndexQueue() for _ in range(num_workers)]
@@ -235,6 +237,7 @@ class InferenceServer(Transport):
         with self.weights_lock:
             self._wait(self.acted_event)
             self.policy.load_state_dict(model.state_dict())
+            self.version += 1
             self.published_event = self._event()
 
     def stats(self) -> dict[str, float]:
@@ -346,6 +349,7 @@ class InferenceServer(Transport):
                 batch[key][t, cols] = self.slots[key][u] if n == 1 else self.slots[key][u:u + n].flatten(0, 1)
             batch["action"][t, cols] = self.prev_action[envs_of_u]
             batch["logits"][t, cols] = self.prev_logits[envs_of_u]
+            batch["policy_version"][t, cols] = self.prev_version[envs_of_u]
         for u, b, _, g, n in _runs([(u, b, 0, g) for u, b, g in starts]):
             batch, cols, envs_of_u = self.batches[b], slice(g * E, (g + n) * E), slice(u * E, (u + n) * E)
             for i, table in enumerate(self.state_table):
@@ -362,12 +366,14 @@ class InferenceServer(Transport):
                 action, logits, state = self.policy.act(inputs["obs"], inputs["reward"], prev_action, inputs["done"],
                                                         tuple(s[table_rows] for s in self.state_table),
                                                         sample=self.sample, generator=self.generator)
+                version = self.version
             for table, s in zip(self.state_table, state):
                 table[table_rows] = s
             action, logits = action.cpu(), logits.cpu()
             check_actions(action)
             self.prev_action[envs_] = action
             self.prev_logits[envs_] = logits
+            self.prev_version[envs_] = version
             self.slots["action"][units] = action.view(len(acting), -1)  # unit u owns row u
             for u in acting:
                 self.acted[u // self.splits].put(u % self.splits)

@@ -19,7 +19,6 @@
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
 import socket
@@ -110,12 +109,12 @@ class ActorHost:
         cfg = config_from_dict(config, "the learner's config")
         env = envs.make(cfg.env.name, num_envs=num_envs, seed=seed, **options(cfg.env))
         self.model = build_model(cfg, tuple(env.observation_shape), envs.action_sizes(env)).eval()
-        self.runner = EnvRunner(env, self.model)
+        self.version = torch.tensor(-1)  # the weights held: the learner's count of those published
+        self.runner = EnvRunner(env, self.model, self.version)
         buffers = create_buffers(1, cfg.actor.unroll_length, num_envs, tuple(env.observation_shape),
                                  self.runner.step["obs"].dtype, self.model.num_logits,
                                  self.model.initial_state(num_envs))
         self.out = {key: buf[0] for key, buf in buffers.items()}
-        self.version = -1
         self.unrolls_done = 0
         self.node = ray.get_runtime_context().get_node_id()
 
@@ -124,9 +123,9 @@ class ActorHost:
         fetched only if ``version`` is newer than those held)."""
         import ray
 
-        if version > self.version:
+        if version > int(self.version):
             self.model.load_state_dict({k: torch.from_numpy(v) for k, v in ray.get(weights[0]).items()})
-            self.version = version
+            self.version.fill_(version)
         unrolls = []
         try:
             for _ in range(count):
@@ -135,7 +134,7 @@ class ActorHost:
                 unrolls.append({key: value.numpy().copy() for key, value in self.out.items()})
         except UserError as e:  # e.g. non-finite logits: the run's one line, not a traceback in the driver's log
             return {"failure": str(e)}
-        return {"unrolls": unrolls, "version": self.version, "node": self.node, "pid": os.getpid()}
+        return {"unrolls": unrolls, "node": self.node, "pid": os.getpid()}
 
     def where(self) -> dict[str, Any]:
         """The host's node, process and the unrolls it has made (for monitoring and tests)."""
@@ -164,7 +163,6 @@ class RayTransport(Transport):
         self.unavailable_since: list[float | None] = [None] * self.num_hosts  # restarting (ActorUnavailableError) since
         self.retries: list[tuple[float, int]] = []  # (time, host): calls to make again once the host is back
         self.counters = {"host_failures": 0, "hosts_restarted": 0, "unrolls_lost": 0}
-        self.lags: collections.deque[float] = collections.deque(maxlen=unrolls_per_batch)
         self.incarnations: dict[int, tuple[str, int]] = {}  # host -> (node, pid) of its last unroll
         self.down = [False] * self.num_hosts  # failed, and no unroll from a new incarnation yet
         self.up_since = [0] * self.num_hosts  # the call that brought the first unroll of the host's incarnation
@@ -243,7 +241,6 @@ class RayTransport(Transport):
                         self.down[host] = False
                         self.up_since[host] = call
                     self.incarnations[host], self.failures[host] = incarnation, 0
-                    self.lags.append(self.updates - result["version"])
                     unrolls.extend(result["unrolls"])
                 self._submit(host)
         unrolls, self.carried = unrolls[:self.unrolls_per_batch], unrolls[self.unrolls_per_batch:]
@@ -286,8 +283,7 @@ class RayTransport(Transport):
 
     def stats(self) -> dict[str, float]:
         hosts_up = sum(host in self.incarnations and not self.down[host] for host in range(self.num_hosts))
-        return {"policy_lag": float(np.mean(self.lags)) if self.lags else float("nan"), "hosts_up": hosts_up,
-                **self.counters}
+        return {"hosts_up": hosts_up, **self.counters}
 
     def close(self) -> None:
         import ray

@@ -14,9 +14,11 @@ network's "previous action" input); ``logits``, the behaviour logits that chose 
 ``episode_return`` and ``episode_length``, the finished episode's totals where ``done``;
 ``final_value``, where a time limit cut the episode at obs_t (``done``, but not terminated),
 the acting policy's value of the episode's last observation, V(x_final), and 0 elsewhere
-(the learner bootstraps from it, Pardo et al. 2018). Step 0
-of an unroll repeats the last step of the previous one, and ``state_<i>`` [N, ...] holds the
-core state before step 0, so the learner can re-run the unroll exactly as it was acted.
+(the learner bootstraps from it, Pardo et al. 2018); ``policy_version``, how many weights the
+learner had published to the acting side when a_{t-1} was chosen (the learner's count minus it
+is the policy lag). Step 0 of an unroll repeats the last step of the previous one, and
+``state_<i>`` [N, ...] holds the core state before step 0, so the learner can re-run the unroll
+exactly as it was acted.
 """
 from __future__ import annotations
 

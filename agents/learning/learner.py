@@ -264,7 +264,7 @@ def _train(cfg: TrainConfig, device: torch.device,
         int(np.random.SeedSequence([cfg.run.seed, counters["step"], 1]).generate_state(1)[0]))
     last_ckpt = time.time()
     history: collections.deque[tuple[float, int, float]] = collections.deque(maxlen=20)  # (time, step, waited)
-    waited, first = 0.0, None
+    waited, first, published = 0.0, None, 0  # published: weights published to the acting side by this process
     try:
         with transport, GracefulStop() as stop:
             try:
@@ -274,9 +274,11 @@ def _train(cfg: TrainConfig, device: torch.device,
                     if batch is None:
                         break
                     waited += time.time() - t0
+                    policy_lag = published - batch["policy_version"][1:].double().mean().item()
                     batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
                     metrics = learn_from_batch(trainer, model, batch, cfg, minibatch_generator)
                     transport.publish_weights(model)
+                    published += 1
 
                     done = batch["done"][1:]
                     returns.extend(batch["episode_return"][1:][done].tolist())
@@ -288,7 +290,8 @@ def _train(cfg: TrainConfig, device: torch.device,
                     (t_a, step_a, wait_a), (t_b, step_b, wait_b) = history[0], history[-1]
                     metrics = {"sps": (step_b - step_a) / (t_b - t_a) if t_b > t_a else math.nan,
                                "learner_wait": (wait_b - wait_a) / (t_b - t_a) if t_b > t_a else math.nan,
-                               "mean_return": returns.mean(), "episodes": counters["episodes"], **metrics,
+                               "mean_return": returns.mean(), "episodes": counters["episodes"],
+                               "policy_lag": policy_lag, **metrics,
                                **transport.stats()}
                     logger.log(counters["step"], metrics)
                     if on_update is not None:
