@@ -73,10 +73,10 @@ def compare(played: list[torch.Tensor], replayed: list[torch.Tensor], bins: int)
     largest |logit gap|, share of steps whose argmax agrees)."""
     rows = []
     for chunk in np.array_split(np.arange(len(played)), bins):
-        p = torch.stack([played[t] for t in chunk]).log_softmax(-1)
-        q = torch.stack([replayed[t] for t in chunk]).log_softmax(-1)
+        played_logits, replayed_logits = (torch.stack([logits[t] for t in chunk]) for logits in (played, replayed))
+        p, q = played_logits.log_softmax(-1), replayed_logits.log_softmax(-1)
         kl = (p.exp() * (p - q)).sum(-1).mean().item()
-        gap = (torch.stack([played[t] for t in chunk]) - torch.stack([replayed[t] for t in chunk])).abs().max().item()
+        gap = (played_logits - replayed_logits).abs().max().item()
         agree = (p.argmax(-1) == q.argmax(-1)).float().mean().item()
         rows.append((int(chunk[0]), kl, gap, agree))
     return rows
