@@ -72,8 +72,14 @@ def test_sequence_matches_float64_loop_values_and_grads(rule):
 
 
 @pytest.mark.parametrize("rule", ["sum", "delta", "gated"])
-def test_gradcheck_custom_function(rule):
+@pytest.mark.parametrize("resets", [[(2, 0), (5, 0), (4, 1)],
+                                    [(0, 0), (1, 0), (3, 1)]])  # the gated rule's chunk starts (0, 3), back to back
+def test_gradcheck_custom_function(rule, resets):
+    """gradcheck also runs backward twice on one graph: a replay must not write into its saved checkpoints."""
     q, k, v, beta, W0, scale, done = random_inputs(requires_grad=True)
+    done[:] = False
+    for t, b in resets:
+        done[t, b] = True
     if rule != "delta":
         scale = scale.detach().fill_(1.0)
     fn = lambda *a: FastWeightSequence.apply(rule, *a[:4], done, a[4], a[5])  # noqa: E731

@@ -114,10 +114,12 @@ class FastWeightSequence(torch.autograd.Function):
 
 
 def _replay_chunk(ctx, t: int) -> dict[int, Tensor]:
-    """Gated rule: recompute W' (post-reset, pre-write) for every step of t's chunk."""
+    """Gated rule: recompute W' (post-reset, pre-write) for every step of t's chunk. The chunk's
+    checkpoint is copied: backward writes a reset's W back into the state it is given, and a second
+    backward over the same graph replays from the same checkpoint."""
     _, k, v, beta, resets, _, _, _ = ctx.saved_tensors
     start = t - t % ctx.chunk
-    W, states = ctx.checkpoints[start], {}
+    W, states = ctx.checkpoints[start].clone(), {}
     for s in range(start, t + 1):
         if s > start and s in ctx.pre_reset:
             W = W * (~resets[s]).to(W.dtype)[:, None, None]
