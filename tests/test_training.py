@@ -55,8 +55,8 @@ def test_schedule_warms_up_then_decays_linearly():
         lrs.append(sched.get_last_lr()[0])
         opt.step()
         sched.step()
-    expected = [min(1.0, (u + 1) / 4) * (1 - u / 10) for u in range(11)]
-    assert lrs == pytest.approx(expected)
+    # lr at the warm-up's last update, then 1 - (u - 4) / (10 - 4) down to 0 at the budget's end
+    assert lrs == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0.0])
 
 
 def test_a_resume_with_a_longer_budget_steps_at_the_stretched_schedules_lr(tmp_path):

@@ -86,7 +86,7 @@ class OptimConfig:
     warmup_steps: NonNegativeInt = 0
     """Updates of linear warm-up from 0 to lr."""
     lr_decay: bool = False
-    """Decay the learning rate linearly to 0 at the end of the budget."""
+    """Decay the learning rate linearly to 0 at the end of the budget (from lr, after the warm-up)."""
     max_nonfinite_steps: PositiveInt = field(default=10, metadata=RESUMABLE)
     """Stop the run after this many updates in a row whose loss or gradient is NaN or inf (each is skipped)."""
 
@@ -139,9 +139,12 @@ def build_optimizer(params: Any, cfg: OptimConfig, total_updates: float
         opt = torch.optim.Adam(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, foreach=True)
 
     def factor(update: int) -> float:
-        warm = min(1.0, (update + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
-        decay = 1.0 - min(update, total_updates) / total_updates if cfg.lr_decay else 1.0
-        return warm * decay
+        if update < cfg.warmup_steps:
+            return (update + 1) / cfg.warmup_steps
+        if not cfg.lr_decay:
+            return 1.0
+        span = max(total_updates - cfg.warmup_steps, 1.0)  # the decay's updates, after the warm-up's
+        return 1.0 - min(update - cfg.warmup_steps, span) / span
 
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
