@@ -237,6 +237,26 @@ def test_popart_normalises_the_value_loss_and_the_advantages():
         assert scaled[key].item() == pytest.approx(plain[key].item(), rel=1e-10)
 
 
+@pytest.mark.parametrize("T, B", [(4, 2), (1, 1)])
+def test_standardised_advantages_against_a_hand_standardised_sum(T, B):
+    """IMPALA's −Σ A'_s log π(a_s|x_s) with A' = (A − mean A) / (std A + 1e-8) over the minibatch (the
+    unbiased std); a one-sample minibatch, which has no spread, keeps A as it is."""
+    torch.manual_seed(0)
+    logits = torch.randn(T, B, 3, dtype=torch.float64)
+    u = Unrolls(target_logits=logits, behaviour_logits=logits, actions=torch.randint(0, 3, (T, B)),
+                rewards=torch.randn(T, B).double(), discounts=torch.full((T, B), 0.9, dtype=torch.float64),
+                values=torch.randn(T, B).double(), bootstrap_value=torch.randn(B).double())
+    terms, _ = actor_critic_losses(u, LossConfig(normalize_advantages=True))
+    a = vtrace(torch.zeros(T, B, dtype=torch.float64), u.discounts, u.rewards, u.values, u.bootstrap_value
+               ).pg_advantages.flatten().tolist()
+    if len(a) > 1:
+        mean = sum(a) / len(a)
+        std = math.sqrt(sum((x - mean) ** 2 for x in a) / (len(a) - 1))
+        a = [(x - mean) / (std + 1e-8) for x in a]
+    log_pi = F.log_softmax(logits, -1).gather(-1, u.actions[..., None]).flatten().tolist()
+    assert terms["pg_loss"].item() == pytest.approx(-sum(x * lp for x, lp in zip(a, log_pi)), rel=1e-12)
+
+
 def test_popart_statistics_skip_a_nonfinite_batch_and_stay_finite_after_it():
     """A diverged batch (NaN or inf targets) must not reach μ and ν: the finite batches after it
     give the statistics they would have given without it."""

@@ -160,7 +160,7 @@ def actor_critic_losses(u: Unrolls, loss: LossConfig, *, value_scale: Optional[T
     targets, advantages = returns or estimate_returns(u, loss, log_rhos)
     if value_scale is not None:
         advantages = advantages / value_scale
-    if loss.normalize_advantages:
+    if loss.normalize_advantages and advantages.numel() > 1:  # one sample has no spread (SB3 skips it too)
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
     terms = policy_loss(log_probs, log_rhos, advantages, loss.clip)
     terms["baseline_loss"] = value_loss(targets, u.values, scale=value_scale, old_values=old_values,
