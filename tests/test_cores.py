@@ -38,21 +38,26 @@ def build(key):
     return make_core(name, D, **CONFIGS.get(key, {})).double().eval()
 
 
-def inputs():
+RESETS = {"scattered": [(2, 0), (4, 1), (3, 2), (5, 2)],
+          "first_and_back_to_back": [(0, 0), (1, 0), (2, 0), (0, 1), (3, 2), (4, 2), (T - 1, 2)]}
+
+
+def inputs(resets="scattered"):
     torch.manual_seed(1)
     x = torch.randn(T, B, D, dtype=torch.float64, requires_grad=True)
     done = torch.zeros(T, B, dtype=torch.bool)
-    done[2, 0] = done[4, 1] = done[3, 2] = done[5, 2] = True
+    for t, b in RESETS[resets]:
+        done[t, b] = True
     return x, done
 
 
-def run_sequence(core, x, done):
-    y, state, aux = core(x, core.initial_state(B), done)
+def run_sequence(core, x, done, state=None):
+    y, state, aux = core(x, core.initial_state(B) if state is None else state, done)
     return y, state, aux
 
 
-def run_steps(core, x, done):
-    state, ys, auxes = core.initial_state(B), [], []
+def run_steps(core, x, done, state=None):
+    state, ys, auxes = core.initial_state(B) if state is None else state, [], []
     for t in range(T):
         y, state, aux = core(x[t:t + 1], state, done[t:t + 1])
         ys.append(y)
@@ -67,17 +72,22 @@ def loss_of(y, state, aux):
     return out + sum(aux.values())
 
 
+@pytest.mark.parametrize("resets", list(RESETS))
 @pytest.mark.parametrize("key", list(CORES) + [k for k in CONFIGS if k not in CORES])
-def test_step_mode_equals_sequence_mode(key):
+def test_step_mode_equals_sequence_mode(key, resets):
+    """From a state that an earlier stretch left (so a reset has something to clear), gradients into
+    that stretch's inputs included."""
     core = build(key)
-    x, done = inputs()
-    y_seq, s_seq, aux_seq = run_sequence(core, x, done)
-    y_step, s_step, aux_step = run_steps(core, x, done)
+    x, done = inputs(resets)
+    x0 = torch.randn(3, B, D, dtype=torch.float64, requires_grad=True)
+    start = run_sequence(core, x0, torch.zeros(3, B, dtype=torch.bool))[1]
+    y_seq, s_seq, aux_seq = run_sequence(core, x, done, start)
+    y_step, s_step, aux_step = run_steps(core, x, done, start)
     torch.testing.assert_close(y_step, y_seq)
     for a, b in zip(s_step, s_seq):
         torch.testing.assert_close(a, b)
-    params = [x] + list(core.parameters())
-    g_seq = torch.autograd.grad(loss_of(y_seq, s_seq, aux_seq), params, allow_unused=True)
+    params = [x, x0] + list(core.parameters())
+    g_seq = torch.autograd.grad(loss_of(y_seq, s_seq, aux_seq), params, allow_unused=True, retain_graph=True)
     g_step = torch.autograd.grad(loss_of(y_step, s_step, aux_step), params, allow_unused=True)
     for a, b in zip(g_step, g_seq):
         assert (a is None) == (b is None)
