@@ -152,6 +152,18 @@ def test_a_host_that_keeps_dying_or_never_comes_back_stops_the_run(monkeypatch):
         transport.get_batch()
 
 
+def test_an_exception_in_a_hosts_code_stops_the_run_with_its_line(monkeypatch, capsys):
+    """A host whose unroll raised (Ray hands the driver a RayTaskError, not a RayActorError) is a bug,
+    not a lost node: an ActorError naming the cause, with the host's traceback printed above it."""
+    crash = ray.exceptions.RayTaskError("unroll", "Traceback (most recent call last):\nRuntimeError: boom",
+                                        RuntimeError("boom"))
+    transport, host = _scripted_transport(monkeypatch, [crash])
+    with pytest.raises(ActorError, match="actor host 0 crashed: RuntimeError: boom") as e:
+        transport.get_batch()
+    assert "RuntimeError: boom" in e.value.details and host.calls == 1
+    assert "actor host 0 crashed:" in capsys.readouterr().err
+
+
 def test_ray_hosts_carry_the_values_of_cut_episodes(local_ray):
     """CartPole cut after 4 steps: every unroll from a Ray host has ``final_value`` non-zero
     exactly where an episode of 4 steps ended (the cut), and 0 elsewhere."""

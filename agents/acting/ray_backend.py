@@ -15,13 +15,15 @@
   learner logs the policy lag (updates between acting and learning).
 * A host that dies (its process killed, its node removed) is restarted by Ray, on another node
   if its own is gone; the run goes on, and the log counts the restarts and the unrolls lost.
-  After ``ray.max_restarts`` restarts of one host the run stops with an :class:`ActorError`.
+  After ``ray.max_restarts`` restarts of one host the run stops with an :class:`ActorError`; so
+  does an exception raised in a host's code (a bug, which a restart would meet again).
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import socket
+import sys
 import time
 from typing import Any, Callable, Iterator
 
@@ -230,6 +232,11 @@ class RayTransport(Transport):
                     if isinstance(e, ray.exceptions.ActorUnavailableError):  # restarting: call again shortly
                         self.retries.append((time.monotonic() + RETRY_DELAY_S, host))
                         continue
+                except ray.exceptions.RayTaskError as e:  # the host's code raised: a bug, as a local actor's crash
+                    print(f"actor host {host} crashed:\n{e}", file=sys.stderr, flush=True)
+                    raise ActorError(f"actor host {host} crashed: {type(e.cause).__name__}: {e.cause} (its traceback "
+                                     "is above); fix the cause and run the same command again to resume from the "
+                                     "last checkpoint", str(e)) from None
                 else:
                     if "failure" in result:
                         raise ActorError(f"actor host {host} stopped: {result['failure']}")
