@@ -147,6 +147,21 @@ def test_an_actor_that_exits_is_named_with_its_exit_code(monkeypatch):
         pool.get_batch()
 
 
+def test_a_start_that_fails_partway_stops_the_actors_it_started():
+    """The second actor's fork fails (EAGAIN, or a Ctrl-C there): the first, already running, is
+    stopped on the way out of the ``with``, so the interpreter does not wait on it at exit."""
+    pool = _pool("fork")
+
+    def fork_fails():
+        raise OSError(11, "Resource temporarily unavailable")
+
+    pool.processes[1].start = fork_fails
+    with pytest.raises(OSError), pool:
+        pass
+    assert pool.processes[0].pid is not None and not pool.processes[0].is_alive()
+    assert multiprocessing.active_children() == []
+
+
 def _shm_inodes(pids: set[int]) -> set[int]:
     """The inode numbers of the /dev/shm files, named or already unlinked, that the processes
     ``pids`` have mapped or open (a named semaphore is mapped under the temporary name it was

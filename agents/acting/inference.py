@@ -257,6 +257,7 @@ class InferenceServer(Transport):
 
     def close(self) -> None:
         self.stopping.set()
+        self.workers.stop.set()  # first: a Ctrl-C during the join below must not leave them waiting
         if self.thread.is_alive():
             self.thread.join(timeout=10.0)
         self.workers.close()

@@ -120,7 +120,11 @@ class Transport(abc.ABC):
     stops every process and thread of the acting side."""
 
     def __enter__(self) -> Transport:
-        self.start()
+        try:
+            self.start()
+        except BaseException:  # a start that failed partway (a fork, Ctrl-C) stops what it started
+            self.close()
+            raise
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -118,8 +118,9 @@ def _worker_main(body: Callable[..., None], label: str, args: tuple[Any, ...], e
 
 
 class WorkerProcesses:
-    """``len(args)`` processes, worker i running ``body(*args[i], stop)``; a context manager whose
-    exit (normal, by an exception or by Ctrl-C) stops them all, so none outlives the run."""
+    """``len(args)`` processes, worker i running ``body(*args[i], stop)``; :meth:`close` (which the
+    transports call on leaving their ``with`` block, normally, by an exception or by Ctrl-C) stops
+    them all, so none outlives the run."""
 
     def __init__(self, body: Callable[..., None], args: list[tuple[Any, ...]], label: str, start_method: str):
         ctx = mp.get_context(start_method)
