@@ -53,6 +53,35 @@ def test_pipe_queue_and_flag_cross_processes(start_method):
     flag.close()
 
 
+def test_a_queue_on_descriptors_past_1023_waits_and_wakes():
+    """A learner holding many shared tensors hands its queues high descriptor numbers, which select()
+    refuses ("filedescriptor out of range")."""
+    resource = pytest.importorskip("resource")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2048:
+        if hard != resource.RLIM_INFINITY and hard < 2048:
+            pytest.skip("the descriptor limit is below 2048")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (2048, hard))
+    q, flag = IndexQueue(), PipeFlag()
+    for obj, high in ((q, 1500), (flag, 1502)):
+        for name, fd in (("read_fd", high), ("write_fd", high + 1)):
+            os.dup2(getattr(obj, name), fd)
+            os.close(getattr(obj, name))
+            setattr(obj, name, fd)
+    try:
+        assert q.empty() and not flag.is_set()
+        with pytest.raises(queue.Empty):
+            q.get(timeout=0.01)
+        q.put(7)
+        flag.set()
+        assert not q.empty() and q.get(timeout=1) == 7 and flag.is_set()
+    finally:
+        q.close()
+        flag.close()
+        if soft < 2048:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def _pool(start_method: str, num_buffers: int | None = None, model: AgentNet | None = None) -> ActorPool:
     probe = envs.make("maze", num_envs=1)
     obs_shape, obs_dtype = tuple(probe.observation_shape), torch.from_numpy(probe.reset()).dtype

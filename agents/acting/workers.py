@@ -33,8 +33,11 @@ from agents.errors import ActorError, UserError
 
 
 def _readable(fd: int, timeout: float) -> bool:
-    """Whether ``fd`` has data to read (or is at end of file) within ``timeout`` seconds."""
-    return bool(select.select([fd], [], [], max(timeout, 0.0))[0])
+    """Whether ``fd`` has data to read (or is at end of file) within ``timeout`` seconds. poll, not
+    select: select refuses descriptors past 1023, which a learner holding many shared tensors reaches."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(timeout, 0.0) * 1000))
 
 
 class IndexQueue:
