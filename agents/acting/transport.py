@@ -75,7 +75,7 @@ class ActorConfig:
     backend: Literal["local", "ray"] = field(default="local", metadata=RESUMABLE)
     """Where the actors run: processes on this machine (local), or actor hosts across a Ray cluster (ray)."""
     start_method: Literal["fork", "spawn", "forkserver"] = field(default="fork", metadata=RESUMABLE)
-    """How the processes start (fork starts fastest; a CUDA learner in actor mode needs spawn or forkserver)."""
+    """How the processes start (fork starts fastest; the actors act on the CPU, so a CUDA learner forks them too)."""
 
     def inference_mode(self, device_type: str) -> str:
         """Where the policy acts with a learner on a device of type ``device_type``: ``inference``,
