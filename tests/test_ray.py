@@ -164,6 +164,35 @@ def test_an_exception_in_a_hosts_code_stops_the_run_with_its_line(monkeypatch, c
     assert "actor host 0 crashed:" in capsys.readouterr().err
 
 
+def test_a_restarted_host_plays_new_episodes_not_its_first_incarnations(local_ray):
+    """Ray rebuilds a dead host from the arguments it was made with, its seed included: the rebuilt
+    host draws another, so its envs do not replay the episodes (and actions) of its first unroll."""
+    import envs
+    from agents.acting.ray_backend import ActorHost
+    from agents.config import to_dict
+    from agents.run_config import rl_schema
+
+    cfg = rl_schema("maze", "lstm")()
+    cfg.core.hidden_size, cfg.actor.unroll_length = 8, 5
+    probe = envs.make("maze", num_envs=1)
+    model = build_model(cfg, tuple(probe.observation_shape), envs.action_sizes(probe))
+    weights = [ray.put({k: v.numpy() for k, v in model.state_dict().items()})]
+    host = ray.remote(ActorHost).options(max_restarts=1, max_task_retries=0).remote(to_dict(cfg), 2, 0)
+    first, pid = ray.get(host.unroll.remote(weights, 0))["unrolls"][0], ray.get(host.where.remote())["pid"]
+    ray.kill(host, no_restart=False)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if ray.get(host.where.remote())["pid"] != pid:  # the rebuilt host (the kill takes a moment)
+                break
+        except ray.exceptions.RayActorError:  # dead, then restarting
+            pass
+        assert time.monotonic() < deadline, "the host did not come back"
+        time.sleep(0.2)
+    again = ray.get(host.unroll.remote(weights, 0))["unrolls"][0]
+    assert not (np.array_equal(first["obs"], again["obs"]) and np.array_equal(first["action"], again["action"]))
+
+
 def test_ray_hosts_carry_the_values_of_cut_episodes(local_ray):
     """CartPole cut after 4 steps: every unroll from a Ray host has ``final_value`` non-zero
     exactly where an episode of 4 steps ended (the cut), and 0 elsewhere."""

@@ -107,6 +107,8 @@ class ActorHost:
         from agents.run_config import build_model, config_from_dict
 
         torch.set_num_threads(1)
+        if ray.get_runtime_context().was_current_actor_reconstructed:  # rebuilt with the same arguments:
+            seed = int.from_bytes(os.urandom(4), "little")  # new episodes, not the first incarnation's again
         torch.manual_seed(seed)
         cfg = config_from_dict(config, "the learner's config")
         env = envs.make(cfg.env.name, num_envs=num_envs, seed=seed, **options(cfg.env))
