@@ -111,7 +111,7 @@ class Atari:
         frame_skip: int = 4
         """Emulator frames per agent step, max-pooled over the last two."""
         noop_max: int = 30
-        """Up to this many no-op actions at the start of a game."""
+        """Up to this many no-op frames at the start of a game (0 to this, uniformly; 0: none)."""
         frame_stack: int = 4
         """Frames stacked into one observation."""
         max_episode_frames: int = 108_000
@@ -143,7 +143,8 @@ class Atari:
         self._env = AtariVectorEnv(
             rom_id(cfg.game), self.num_envs, num_threads=threads,
             repeat_action_probability=float(cfg.sticky_action_prob),
-            frameskip=int(cfg.frame_skip), maxpool=True, noop_max=int(cfg.noop_max), stack_num=int(cfg.frame_stack),
+            frameskip=int(cfg.frame_skip), maxpool=True, stack_num=int(cfg.frame_stack),
+            noop_max=int(cfg.noop_max) + 1 if cfg.noop_max else 0,  # ale-py draws 0..noop_max-1 no-ops; this 0..30
             img_height=84, img_width=84, grayscale=True, max_num_frames_per_episode=int(cfg.max_episode_frames),
             full_action_space=bool(cfg.full_action_space), episodic_life=False, life_loss_info=False,
             reward_clipping=False, use_fire_reset=bool(cfg.fire_reset), autoreset_mode="SameStep",
