@@ -83,7 +83,9 @@ SUITES: dict[str, tuple[SuiteEnv, ...]] = {
     ),
     # The other Easy envs with discrete actions (Pendulum's are continuous), each normalised to
     # [-1, 1] by POPGym (MultiarmedBandit +-1/length per pull, Battleship and MineSweeper +1 for a
-    # whole game won) or to [0, 1] (the CartPoles, 1/200 per step survived).
+    # whole game won) or to [0, 1] (the CartPoles, 1/200 per step survived). For Battleship [-1, 1]
+    # is POPGym's nominal range: a game of misses only scores -64/52 = -1.23, which no run comes
+    # near (random play: -0.42).
     "popgym_more": tuple(_popgym(name, f"popgym-{name}-v0", (0.0, 1.0) if "Cart" in name else (-1.0, 1.0))
                          for name in ("RepeatFirstEasy", "MultiarmedBanditEasy", "HigherLowerEasy", "ConcentrationEasy",
                                       "BattleshipEasy", "MineSweeperEasy", "VelocityOnlyCartpoleEasy",
