@@ -235,7 +235,13 @@ def test_a_damaged_checkpoint_is_one_line(tmp_path, how, reason):
     assert "\n" not in str(error.value) and error.value.exit_code == 1
 
 
-def test_resume_falls_back_to_the_newest_good_checkpoint(tmp_path):
+def _nan(path):
+    state = torch.load(path, weights_only=True)
+    state["model"]["weight"][0, 0] = math.nan  # as written by a version that saved diverged states
+    torch.save(state, path)
+
+
+def test_resume_falls_back_to_the_newest_good_checkpoint_and_keeps_it(tmp_path):
     for step in (1, 2, 3):
         _save(tmp_path, step, milestone=step == 1)
     _damage(tmp_path / "checkpoint.pt", "truncated")
@@ -245,24 +251,41 @@ def test_resume_falls_back_to_the_newest_good_checkpoint(tmp_path):
     assert path == str(tmp_path / "checkpoint.prev1.pt") and payload["counters"]["step"] == 2
     assert torch.equal(model.weight, _save(tmp_path / "other", 2).weight)
     assert len(warnings) == 1 and warnings[0].startswith(f"checkpoint {tmp_path / 'checkpoint.pt'} is truncated")
-    assert warnings[0].endswith("; skipping it")
+    assert warnings[0].endswith("; skipping it (kept as checkpoint.pt.bad)")
+    # the damaged file set aside and the good one the latest again, so the run's next save keeps it
+    # as the one before (the damaged one used to take its place, and the good one was dropped)
+    assert os.path.getsize(tmp_path / "checkpoint.pt.bad") > 0
+    _save(tmp_path, 4)
+    assert {name: read_checkpoint(str(tmp_path / name))["counters"]["step"] for name in (
+        "checkpoint.pt", "checkpoint.prev1.pt", "checkpoint-1.pt")} == {
+        "checkpoint.pt": 4, "checkpoint.prev1.pt": 2, "checkpoint-1.pt": 1}
 
-    nan_state = torch.load(tmp_path / "checkpoint.prev1.pt", weights_only=True)
-    nan_state["model"]["weight"][0, 0] = math.nan  # as written by a version that saved diverged states
-    torch.save(nan_state, tmp_path / "checkpoint.prev1.pt")
-    warnings.clear()
+
+def test_resume_skips_non_finite_checkpoints_and_names_every_unusable_one(tmp_path):
+    for step in (1, 2, 3):
+        _save(tmp_path, step, milestone=step == 1)
+    _nan(tmp_path / "checkpoint.pt")
+    _nan(tmp_path / "checkpoint.prev1.pt")
+    warnings = []
     path, payload = load_latest_good(str(tmp_path), warn=warnings.append)
     assert path == str(tmp_path / "checkpoint-1.pt") and payload["counters"]["step"] == 1
+    assert "checkpoint.pt holds NaN or infinite values: model.weight" in warnings[0]
     assert "checkpoint.prev1.pt holds NaN or infinite values: model.weight" in warnings[1]
 
-    _damage(tmp_path / "checkpoint-1.pt", "empty")
+    other = tmp_path / "none_good"
+    for step in (1, 2, 3):
+        _save(other, step, milestone=step == 1)
+    _damage(other / "checkpoint.pt", "truncated")
+    _nan(other / "checkpoint.prev1.pt")
+    _damage(other / "checkpoint-1.pt", "empty")
     warnings.clear()
     with pytest.raises(NoGoodCheckpointError) as error:
-        load_latest_good(str(tmp_path), warn=warnings.append)
+        load_latest_good(str(other), warn=warnings.append)
     message = str(error.value)  # one line naming every file and why; no warnings besides it
-    assert message.startswith(f"no usable checkpoint in {tmp_path} (checkpoint.pt is truncated")
+    assert message.startswith(f"no usable checkpoint in {other} (checkpoint.pt is truncated")
     assert "checkpoint.prev1.pt holds NaN" in message and "checkpoint-1.pt is empty" in message
     assert "\n" not in message and warnings == []
+    assert sorted(os.listdir(other)) == ["checkpoint-1.pt", "checkpoint.prev1.pt", "checkpoint.pt"]  # none renamed
     assert load_latest_good(str(tmp_path / "none")) is None
 
 
@@ -348,7 +371,7 @@ def test_a_crafted_or_corrupt_checkpoint_is_refused_in_one_line_and_runs_nothing
     warnings = []  # a resume falls back to the checkpoint before it
     path, payload = load_latest_good(str(tmp_path), warn=warnings.append)
     assert path == str(tmp_path / "checkpoint.prev1.pt") and payload["counters"]["step"] == 1
-    assert len(warnings) == 1 and warnings[0].endswith("; skipping it")
+    assert len(warnings) == 1 and warnings[0].endswith("; skipping it (kept as checkpoint.pt.bad)")
     assert not marker.exists()
 
 

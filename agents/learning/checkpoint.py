@@ -308,8 +308,9 @@ def load_latest_good(directory: str, model: nn.Module | None = None, optimizer: 
     ``check_same_run``). Returns (its path, its payload), or None if ``directory`` holds no
     checkpoint (a new run).
 
-    Each checkpoint skipped is reported by ``warn`` (one line: the file and why); if none is good,
-    raises :class:`NoGoodCheckpointError`. A checkpoint of a run with other settings raises
+    Each checkpoint skipped is reported by ``warn`` (one line: the file and why) and renamed
+    ``<name>.bad``, and the good one becomes ``checkpoint.pt`` again, so that the run's next saves
+    keep it as ``checkpoint.prev1.pt``; if none is good, raises :class:`NoGoodCheckpointError`. A checkpoint of a run with other settings raises
     :class:`ConfigMismatchError` at once (older checkpoints of that run would differ too), and a
     directory where a checkpoint should be raises :class:`CorruptCheckpointError` at once.
     """
@@ -327,8 +328,11 @@ def load_latest_good(directory: str, model: nn.Module | None = None, optimizer: 
             continue
         if config is not None and payload.get("config") is not None:
             check_same_run(payload["config"], config, may_change, path)
-        for _, error in skipped:
-            warn(f"{error}; skipping it")
+        for bad, error in skipped:  # set aside, so that the next saves' rotation cannot drop the good one for it
+            os.replace(bad, bad + ".bad")
+            warn(f"{error}; skipping it (kept as {os.path.basename(bad)}.bad)")
+        if skipped and not os.path.exists(os.path.join(directory, LATEST)):
+            _link(path, os.path.join(directory, LATEST))  # the good one is the latest again
         _restore(payload, model, optimizer, scheduler)
         return path, payload
     reasons = "; ".join(str(e).replace(f"checkpoint {path} ", f"{os.path.basename(path)} ") for path, e in skipped)
