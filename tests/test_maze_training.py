@@ -54,6 +54,13 @@ def test_every_core_trains_logs_checkpoints_and_resumes(core, tmp_path):
     second = train(config(core, run_dir, "--total_steps", "1920"))
     assert second["step"] == 1920
     assert read_checkpoint(checkpoints(run_dir)[0])["counters"]["updates"] == 12
+    def written():  # checkpoints and logs (config.yaml is the command's, written on every start)
+        return {name: os.stat(os.path.join(run_dir, name)).st_mtime_ns for name in os.listdir(run_dir)
+                if name != "config.yaml"}
+
+    before = written()
+    assert train(config(core, run_dir, "--total_steps", "1920"))["step"] == 1920  # finished: started again
+    assert written() == before
     rows = read_csv(os.path.join(run_dir, "logs.csv"))
     assert [r["step"] for r in rows] == [160 * i for i in range(1, 13)]
     assert not math.isnan(rows[-1]["mean_return"]) and math.isfinite(rows[-1]["loss"])

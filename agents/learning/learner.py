@@ -247,6 +247,10 @@ def _train(cfg: TrainConfig, device: torch.device,
     if payload is not None:
         counters.update(payload["counters"])
         returns.extend(payload["recent_returns"])
+    if counters["step"] >= cfg.run.total_steps:  # a finished run started again: nothing to do, nothing rewritten
+        print(f"the run has already reached {counters['step']:,} of its {cfg.run.total_steps:,} steps; raise "
+              "--total_steps to train further", flush=True)
+        return {**counters, "mean_return": returns.mean(), "sps": math.nan}
     seeds = [int(np.random.SeedSequence([cfg.run.seed, i, counters["step"]]).generate_state(1)[0])
              for i in range(cfg.actor.num_actors)]
     logger = Logger(run_dir, resume_step=counters["step"], tensorboard=cfg.log.tensorboard,
