@@ -162,6 +162,10 @@ def expand_targets(targets: list[str], steps: list[int] | None = None) -> list[s
             paths.append(os.path.join(target, "checkpoint.pt"))
         else:
             raise UserError(f"{target} holds no checkpoint")
+    unique: dict[tuple[int, int], str] = {}  # each file once (a milestone is a hard link of a checkpoint.pt)
+    for path in paths:
+        unique.setdefault((os.stat(path).st_dev, os.stat(path).st_ino), path)
+    paths = list(unique.values())
     if not paths:  # every target asked for --steps it has no milestone at
         raise UsageError(f"no checkpoint at --steps {' '.join(map(str, steps or []))} in {', '.join(targets)}; "
                          "leave --steps out to score each run's milestones, or its checkpoint.pt if it has none")
@@ -188,6 +192,9 @@ def describe(path: str) -> dict[str, Any]:
     from agents.learning.checkpoint import read_checkpoint
 
     payload = read_checkpoint(path)
+    if "env" not in (payload.get("config") or {}):
+        raise UsageError(f"{path} is not an RL checkpoint (launch/supervised.py's, say): evaluate.py plays RL "
+                         "agents; a supervised run reports its test score itself")
     env, core = payload["config"]["env"], payload["config"]["core"]
     game = env.get("game", env.get("id", env["name"]))  # Atari's game, or a gym env's id
     return {"checkpoint": os.path.abspath(path), "env": env["name"], "game": game, "core": core["name"],
@@ -372,6 +379,7 @@ def load(argv: list[str]) -> Any:
     from argparse import ArgumentError
 
     from agents.config import flag_value
+    from agents.learning.training import resolve_device
 
     parser = make_parser()
     known = {s for action in parser._actions for s in action.option_strings}
@@ -407,6 +415,13 @@ def load(argv: list[str]) -> Any:
                 raise ConfigError(f"--{name}: must be > 0, got {value}")
     if args.envs_per_run and args.episodes % args.envs_per_run:
         raise ConfigError(f"--envs_per_run: {args.envs_per_run} must divide --episodes ({args.episodes})")
+    args.device = str(resolve_device(args.device, flag="--device"))
+    existing = os.path.abspath(args.out)  # checked before any game is played: the results need a place
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out: cannot write the results under {args.out}: {existing} is "
+                          f"{'not a directory' if not os.path.isdir(existing) else 'not writable'}")
     return args
 
 

@@ -192,6 +192,16 @@ def test_steps_that_match_no_checkpoint_are_an_error_not_an_empty_table(tmp_path
     assert e.value.code == 2 and not (tmp_path / "eval").exists()
 
 
+def test_a_checkpoint_named_twice_is_scored_once(tmp_path):
+    """By its file and by its run directory, or as a milestone hard-linked to checkpoint.pt: one row,
+    not two with the same seeds (whose std would count the duplicates)."""
+    (tmp_path / "checkpoint.pt").write_bytes(b"")
+    run, latest = str(tmp_path), str(tmp_path / "checkpoint.pt")
+    assert evaluate.expand_targets([run, latest, run + "/"]) == [latest]
+    os.link(latest, tmp_path / "checkpoint-1000.pt")  # as save_checkpoint makes a milestone
+    assert evaluate.expand_targets([run, latest]) == [str(tmp_path / "checkpoint-1000.pt")]
+
+
 def test_the_table_names_its_rows_games_only_for_atari():
     maze = {**_result("maze", "lstm", 50_000, 56.5, 6.8), "env": "maze"}
     assert "| Env | LSTM |" in evaluate.markdown([maze])

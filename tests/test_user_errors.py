@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from agents.learning.checkpoint import checkpoints, read_checkpoint
+from agents.learning.checkpoint import checkpoints, read_checkpoint, save_checkpoint
 from launch import evaluate, maze, supervised
 
 TINY = ["--core", "lstm", "--core.hidden_size", "16", "--num_actors", "1", "--actor.envs_per_actor", "8",
@@ -217,6 +217,25 @@ def test_a_code_running_checkpoint_never_runs_in_a_resume_or_an_evaluation(finis
     line = one_line_failure(evaluate.main, [path, "--out", str(tmp_path / "eval")], capsys)
     assert line.startswith(f"error: checkpoint {path} is not plain data") and "convert_checkpoint.py" in line
     assert not marker.exists()
+
+
+def test_evaluate_refuses_what_it_cannot_do_before_playing_a_game(finished_run, tmp_path, capsys):
+    """One line each, before any game (Atari's take hours) and with nothing written: results that
+    cannot be written where --out says, a device that is not there, a supervised run's checkpoint."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    line = one_line_failure(evaluate.main, [finished_run, "--out", str(a_file / "eval")], capsys, code=2)
+    assert line == f"config error: --out: cannot write the results under {a_file / 'eval'}: {a_file} is not a directory"
+    if not torch.cuda.is_available():
+        line = one_line_failure(evaluate.main, [finished_run, "--device", "cuda", "--out", str(tmp_path / "eval")],
+                                capsys, code=2)
+        assert line.startswith("config error: --device: cuda was asked for, but CUDA is not available")
+    supervised_run = str(tmp_path / "supervised")
+    save_checkpoint(supervised_run, model=torch.nn.Linear(2, 2), optimizer=None, scheduler=None, counters={"step": 1},
+                    config={"task": {"name": "retrieval2"}, "core": {"name": "lstm"}})
+    line = one_line_failure(evaluate.main, [supervised_run, "--out", str(tmp_path / "eval")], capsys, code=2)
+    assert line.startswith(f"error: {supervised_run}/checkpoint.pt is not an RL checkpoint")
+    assert not os.path.exists(tmp_path / "eval")
 
 
 def test_a_directory_named_checkpoint_is_one_line_before_training(finished_run, tmp_path, capsys):

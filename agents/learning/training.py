@@ -95,19 +95,20 @@ class NonFiniteError(UserError):
     """Too many updates in a row had a NaN or infinite loss or gradient."""
 
 
-def resolve_device(name: str) -> torch.device:
-    """``torch.device(name)`` (``auto``: cuda when available); ConfigError for a device that is not there."""
+def resolve_device(name: str, *, flag: str = "--run.device") -> torch.device:
+    """``torch.device(name)`` (``auto``: cuda when available); ConfigError, naming ``flag``, for a
+    device that is not there."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise ConfigError(f"--run.device: unknown device {name!r}; use cpu, cuda, cuda:N or auto") from None
+        raise ConfigError(f"{flag}: unknown device {name!r}; use cpu, cuda, cuda:N or auto") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--run.device: {name} was asked for, but CUDA is not available (torch {torch.__version__}); "
+        raise ConfigError(f"{flag}: {name} was asked for, but CUDA is not available (torch {torch.__version__}); "
                           "use --device cpu")
     if device.type not in ("cpu", "cuda"):
-        raise ConfigError(f"--run.device: {name!r} is not supported; use cpu, cuda, cuda:N or auto")
+        raise ConfigError(f"{flag}: {name!r} is not supported; use cpu, cuda, cuda:N or auto")
     return device
 
 
