@@ -310,9 +310,10 @@ def load_latest_good(directory: str, model: nn.Module | None = None, optimizer: 
 
     Each checkpoint skipped is reported by ``warn`` (one line: the file and why) and renamed
     ``<name>.bad``, and the good one becomes ``checkpoint.pt`` again, so that the run's next saves
-    keep it as ``checkpoint.prev1.pt``; if none is good, raises :class:`NoGoodCheckpointError`. A checkpoint of a run with other settings raises
-    :class:`ConfigMismatchError` at once (older checkpoints of that run would differ too), and a
-    directory where a checkpoint should be raises :class:`CorruptCheckpointError` at once.
+    keep it as ``checkpoint.prev1.pt``; if none is good, raises :class:`NoGoodCheckpointError` (and
+    renames nothing). A checkpoint of a run with other settings raises :class:`ConfigMismatchError`
+    at once (older checkpoints of that run would differ too), and a directory where a checkpoint
+    should be raises :class:`CorruptCheckpointError` at once.
     """
     found = checkpoints(directory)
     if not found:
