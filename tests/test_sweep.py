@@ -204,6 +204,17 @@ def test_without_ray_it_says_how_to_install_it(tmp_path, monkeypatch, capsys):
     assert not os.path.exists(tmp_path / "sweep")
 
 
+def test_trials_larger_than_the_ray_started_here_are_one_line_not_a_wait(tmp_path, capsys):
+    """Tune would wait forever for 1000 CPUs that a Ray started on this machine will never have."""
+    pytest.importorskip("ray")
+    with pytest.raises(SystemExit) as stop:
+        sweep.main(["--dir", str(tmp_path / "sweep"), "--envs", "[maze]", "--cores", "[lstm]", "--seeds", "[0]",
+                    "--cpus_per_trial", "1000", "--ray_address", "local", "--", *TINY])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "--cpus_per_trial 1000 is more than the" in err and "CPUs of the Ray" in err
+    assert not os.path.exists(tmp_path / "sweep" / "runs")  # no trial started
+
+
 def test_a_sweep_directory_keeps_its_grid(tmp_path):
     sweep_dir = str(tmp_path / "sweep")
     sweep.check_same_sweep(sweep.load(["--dir", sweep_dir, "--cores", "[lstm]"]), sweep_dir)
