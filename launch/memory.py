@@ -97,6 +97,13 @@ def score(suite: str, entry: SuiteEnv, rows: list[dict[str, Any]]) -> tuple[str,
     return "mean return", curve[-1]
 
 
+def not_installed(suite: str, entry: Any) -> str | None:
+    """The note for an env whose package is not installed (it is skipped), else None."""
+    if entry.available():
+        return None
+    return f"skipping {suite}/{entry.name}: {entry.package} is not installed (pip install -e '.[memory]')"
+
+
 def run(argv: list[str]) -> list[dict[str, Any]]:
     import matplotlib
 
@@ -108,13 +115,15 @@ def run(argv: list[str]) -> list[dict[str, Any]]:
     cfg = load(argv)
     if printing:  # what each env trains with: its presets applied, its env section filled in
         for suite, entry in selected_envs(cfg.suite):
+            if note := not_installed(suite, entry):
+                print(f"# {note}")
+                continue
             print(f"# {suite}/{entry.name}\n{to_yaml(env_config(load(argv, entry.name), suite, entry))}", end="")
         return []
     results = []
     for suite, entry in selected_envs(cfg.suite):
-        if not entry.available():
-            print(f"skipping {suite}/{entry.name}: {entry.package} is not installed "
-                  "(pip install -e '.[memory]')", flush=True)
+        if note := not_installed(suite, entry):
+            print(note, flush=True)
             continue
         env_cfg = env_config(load(argv, entry.name), suite, entry)
         print(f"== {suite}/{entry.name} with {cfg.core.name}: {env_cfg.run.run_dir}", flush=True)

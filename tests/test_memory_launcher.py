@@ -106,6 +106,17 @@ def test_print_config_shows_each_env_with_its_presets(capsys):
     assert printed["env"]["id"] == "popgym:popgym-RepeatPreviousEasy-v0" and printed["core"]["hidden_size"] == 8
 
 
+def test_print_config_notes_an_env_whose_package_is_missing(capsys, monkeypatch):
+    """As training skips it with a note, --print_config writes the note as a YAML comment (it raised)."""
+    from envs.suites import SuiteEnv
+
+    monkeypatch.setattr(SuiteEnv, "available", lambda self: self.name != "memory_len_3")
+    assert memory.main(["--suite", "bsuite", "--print_config"]) == []
+    out = capsys.readouterr().out
+    assert "# skipping bsuite/memory_len_3: bsuite is not installed" in out and "# bsuite/memory_len_10\n" in out
+    assert all(isinstance(doc, dict) for doc in yaml.safe_load_all(out.replace("\n# bsuite/", "\n---\n# bsuite/")))
+
+
 def test_the_defaults_are_issue_42s_and_the_tuned_presets_keep_their_one_pass():
     """The suite's defaults: delta_product, two passes with PPO's clip (issue 42's sweep). The
     presets whose figures were made with IMPALA's one pass keep it; those with PPO's keep theirs."""
