@@ -99,7 +99,7 @@ def read_flags(schema: type, argv: list[str], *, skip: tuple[str, ...]) -> dict[
             continue
         tp = _type_at(schema, flag[2:])
         if dataclasses.is_dataclass(tp):
-            value = load_yaml(text)
+            value = load_yaml(text, flag=flag)
         elif tp is str or tp == Optional[str] and text != "null":  # as typed
             value = text
         else:
@@ -242,13 +242,16 @@ def flag_value(argv: list[str], key: str) -> str | None:
     return value
 
 
-def load_yaml(path: str) -> dict[str, Any]:
-    """The mapping in the YAML file ``path``; ConfigError if it is missing, malformed or not a mapping."""
+def load_yaml(path: str, *, flag: str = "--config") -> dict[str, Any]:
+    """The mapping in the YAML file ``path`` (given by ``flag``); ConfigError if it is missing,
+    malformed, not UTF-8 or not a mapping."""
     if not os.path.isfile(path):
-        raise ConfigError(f"--config: the file {path!r} does not exist")
-    with open(path) as f:
+        raise ConfigError(f"{flag}: the file {path!r} does not exist")
+    with open(path, encoding="utf-8") as f:
         try:
             data = yaml.safe_load(f)
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: not UTF-8 text; save it as UTF-8") from None
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

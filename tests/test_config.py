@@ -219,6 +219,9 @@ def _bad_inputs(tmp):
     unknown_key = write(tmp, "optim: {learning_rate: 1.0}\n", "key.yaml")
     wrong_type = write(tmp, "actor: {num_actors: two}\n", "type.yaml")
     bad_core = write(tmp, "core: {name: transformer}\n", "core.yaml")
+    latin1 = str(tmp / "latin1.yaml")
+    with open(latin1, "wb") as f:
+        f.write("# café\noptim: {lr: 1.0}\n".encode("latin-1"))
     return [
         (maze, ["--config", bad_yaml], "malformed YAML at line"),
         (maze, ["--config", not_mapping], "top level must be a mapping"),
@@ -227,6 +230,8 @@ def _bad_inputs(tmp):
         (maze, ["--config", wrong_type], "actor.num_actors"),
         (maze, ["--config", bad_core], "unknown core 'transformer'"),
         (maze, ["--config", str(tmp / "missing.yaml")], "does not exist"),
+        (maze, ["--optim", str(tmp / "missing.yaml")], "--optim: the file"),
+        (maze, ["--config", latin1], "latin1.yaml: not UTF-8 text; save it as UTF-8"),
         (maze, ["--core", "transformer"], "core.name: unknown core 'transformer'; valid cores: ff, lstm"),
         (maze, ["--optim.learning_rate", "1"], "--optim.learning_rate; valid keys of optim: name, lr"),
         (maze, ["--bogus", "1"], "unknown option --bogus; valid keys: core, run"),
