@@ -70,6 +70,24 @@ def test_every_core_trains_logs_checkpoints_and_resumes(core, tmp_path):
     assert multiprocessing.active_children() == []
 
 
+def test_starting_afresh_moves_the_earlier_run_aside_whole(tmp_path, capsys):
+    """--run.resume false in a run directory that holds a run: the new run starts at step 0 with
+    its own log, milestones and TensorBoard; the earlier run's files are kept, unchanged, in
+    run_dir/replaced-<time>/ (a fresh run used to leave them beside its own, to be read as its own)."""
+    run_dir = str(tmp_path / "run")
+    train(config("lstm", run_dir, "--total_steps", "480", "--checkpoint.milestones", "[160]"))
+    before = {name: os.stat(os.path.join(run_dir, name)).st_ino for name in os.listdir(run_dir)}
+    assert {"checkpoint.pt", "checkpoint-160.pt", "logs.csv"} <= set(before)
+    assert train(config("lstm", run_dir, "--total_steps", "320", "--run.resume", "false"))["step"] == 320
+    assert "starting afresh (run.resume false): the earlier run in" in capsys.readouterr().out
+    (aside,) = [name for name in os.listdir(run_dir) if name.startswith("replaced-")]
+    assert {name: os.stat(os.path.join(run_dir, aside, name)).st_ino for name in os.listdir(
+        os.path.join(run_dir, aside))} == before
+    assert [r["step"] for r in read_csv(os.path.join(run_dir, "logs.csv"))] == [160, 320]
+    assert read_checkpoint(checkpoints(run_dir)[0])["counters"]["step"] == 320
+    assert not os.path.exists(os.path.join(run_dir, "checkpoint-160.pt"))  # the earlier run's milestone
+
+
 def crash_the_actors(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make every actor raise "boom in the actor" 10 unrolls into the run, by then the learner
     has made updates (only actors sample: ``torch.multinomial``)."""

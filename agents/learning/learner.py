@@ -248,8 +248,8 @@ def _train(cfg: TrainConfig, device: torch.device,
         counters.update(payload["counters"])
         returns.extend(payload["recent_returns"])
     if counters["step"] >= cfg.run.total_steps:  # a finished run started again: nothing to do, nothing rewritten
-        print(f"the run has already reached {counters['step']:,} of its {cfg.run.total_steps:,} steps; raise "
-              "--total_steps to train further", flush=True)
+        print(f"{run_dir} is already done (step {counters['step']:,} of {cfg.run.total_steps:,}); nothing to do. To "
+              "go on, raise --total_steps; to train it afresh, use --run.resume false or another --run_dir", flush=True)
         return {**counters, "mean_return": returns.mean(), "sps": math.nan}
     seeds = [int(np.random.SeedSequence([cfg.run.seed, i, counters["step"]]).generate_state(1)[0])
              for i in range(cfg.actor.num_actors)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Optional
 
@@ -46,7 +47,7 @@ class RunConfig:
     num_threads: NonNegativeInt = field(default=1, metadata=RESUMABLE)
     """torch threads of the training process (0: torch's default)."""
     resume: bool = field(default=True, metadata=RESUMABLE)
-    """Resume from the run directory's checkpoint when it has one (false: start afresh there)."""
+    """Resume from the run directory's checkpoint if it has one (false: start afresh, the old run moved to replaced-*/)."""
     kernels: Optional[Literal["auto", "triton", "reference"]] = field(default=None, metadata=RESUMABLE)
     """Sequence kernels: auto (Triton on CUDA after a self-check), triton, reference; null: $DELTABEAST_KERNELS."""
     keep_checkpoints: PositiveInt = field(default=2, metadata=RESUMABLE)
@@ -170,6 +171,8 @@ class Trainer:
         """Load the newest checkpoint of ``run_dir`` into the model, optimiser and schedule and
         return its payload (None if there is none, or ``resume`` is false); then save config.yaml."""
         found = None
+        if not resume and os.path.isdir(self.run_dir) and os.listdir(self.run_dir):
+            self._move_aside()
         if resume:
             found = load_latest_good(self.run_dir, self.model, self.optimizer, self.scheduler, map_location=device,
                                      config=self.config, may_change=resumable_keys(self.config))
@@ -189,6 +192,20 @@ class Trainer:
             raise WriteFailure(f"cannot create the run directory {self.run_dir}: {e.strerror or e}") from None
         save_yaml(self.config, os.path.join(self.run_dir, "config.yaml"))
         return found[1] if found else None
+
+    def _move_aside(self) -> None:
+        """Start afresh (``run.resume`` false): the run that was in ``run_dir`` (its checkpoints,
+        milestones, logs and TensorBoard) moves to ``run_dir/replaced-<time>/``, so that nothing of
+        it is lost and nothing of it is read as the new run's."""
+        aside = os.path.join(self.run_dir, time.strftime("replaced-%Y%m%d-%H%M%S"))
+        try:
+            os.makedirs(aside)
+            for name in os.listdir(self.run_dir):
+                if not name.startswith("replaced-"):
+                    os.replace(os.path.join(self.run_dir, name), os.path.join(aside, name))
+        except OSError as e:
+            raise WriteFailure(f"cannot move the earlier run in {self.run_dir} aside: {e.strerror or e}") from None
+        print(f"starting afresh (run.resume false): the earlier run in {self.run_dir} is now in {aside}", flush=True)
 
     def update(self, loss_fn: Callable[[], tuple[Tensor, dict[str, Tensor]]], redraw: bool = True) -> dict[str, float]:
         """One update: redraw FAVOR+ features (unless ``redraw`` is false: the caller drew them for
