@@ -47,7 +47,7 @@ class RunConfig:
     num_threads: NonNegativeInt = field(default=1, metadata=RESUMABLE)
     """torch threads of the training process (0: torch's default)."""
     resume: bool = field(default=True, metadata=RESUMABLE)
-    """Resume from the run directory's checkpoint if it has one (false: start afresh, the old run moved to replaced-*/)."""
+    """Resume from the run directory's checkpoint if it has one (false: start afresh, the old run in replaced-*/)."""
     kernels: Optional[Literal["auto", "triton", "reference"]] = field(default=None, metadata=RESUMABLE)
     """Sequence kernels: auto (Triton on CUDA after a self-check), triton, reference; null: $DELTABEAST_KERNELS."""
     keep_checkpoints: PositiveInt = field(default=2, metadata=RESUMABLE)
