@@ -38,7 +38,7 @@ UnitIntervalHalfOpen = restricted_number_type("UnitIntervalHalfOpen", float, [("
 class RunConfig:
     """The run: seed, device, run directory."""
 
-    seed: int = 0
+    seed: NonNegativeInt = 0
     """Seed of torch, numpy and the environments."""
     device: str = field(default="cpu", metadata=RESUMABLE)
     """Where the model trains: cpu, cuda, cuda:N, or auto (cuda when there is one)."""
