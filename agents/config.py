@@ -165,7 +165,9 @@ def _typed(tp: Any, value: Any) -> Any:
     if origin is dict:
         return {_typed(args[0], k): _typed(args[1], v) for k, v in value.items()}
     if origin is Literal and value not in args:
-        raise ValueError(f"expected one of {', '.join(map(repr, args))}; got {value!r}")
+        near = [a for a in args if isinstance(a, str) and str(value).lower() == a.lower()]  # pong -> Pong
+        raise ValueError(f"expected one of {', '.join(map(repr, args))}; got {value!r}"
+                         + (f" (did you mean {near[0]!r}?)" if near else ""))
     if origin in (typing.Union, types.UnionType):  # the first type that takes it, as the parser tries them
         if value is None and type(None) in args:
             return None

@@ -253,6 +253,7 @@ def _bad_inputs(tmp):
         (maze, ["--core", "lstm", "--core.feature_map", "elu"], "--core.feature_map"),
         (maze, ["--num_actors", "two"], "--actor.num_actors: expected an integer > 0, got 'two'"),
         (maze, ["--seed=-1"], "--run.seed: must be >= 0, got -1"),
+        (atari, ["--game", "pong"], "; got 'pong' (did you mean 'Pong'?)"),
         (maze, ["--num_actors", "2.5"], "--actor.num_actors: expected an integer > 0"),
         (maze, ["--optim.lr", "abc"], "--optim.lr: expected a number > 0"),
         (maze, ["--optim.lr", "0"], "--optim.lr: must be > 0, got 0"),
