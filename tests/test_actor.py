@@ -22,7 +22,7 @@ from agents.errors import ActorError
 from agents.learning.checkpoint import load_latest_good
 from agents.learning.logger import read_csv
 from agents.network import AgentNet
-from tests.test_maze_training import MAZE, SMALL, _group_members, tiny_flags
+from tests.test_maze_training import MAZE, SMALL, _group_members, tiny_flags, wait_for_run
 
 pytest.importorskip("envs.maze")
 
@@ -236,7 +236,9 @@ def test_kill_9_of_the_group_leaves_nothing_in_dev_shm(start_method, moment, tmp
     run_dir = str(tmp_path / "run")
     argv = [sys.executable, MAZE, "--core", "lstm", "--run_dir", run_dir, "--total_steps", "10000000",
             *tiny_flags("lstm"), "--actor.start_method", start_method, "--checkpoint.milestones", "[320]", *SMALL]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    stderr = str(tmp_path / "stderr.txt")
+    with open(stderr, "w") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     csv_path = os.path.join(run_dir, "logs.csv")
     inodes = set()
 
@@ -248,7 +250,7 @@ def test_kill_9_of_the_group_leaves_nothing_in_dev_shm(start_method, moment, tmp
         return os.path.exists(csv_path) and len(read_csv(csv_path)) >= 3
 
     try:
-        _wait_for(reached)
+        wait_for_run(proc, reached, stderr)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

@@ -152,14 +152,14 @@ def gymnasium_reference(game, seed):
 
 
 def test_a_game_starts_after_0_to_noop_max_no_op_frames():
-    """ENVS.md's "up to 30 no-ops at reset": with noop_max 2, 64 games start at emulator frames 0, 1
-    and 2 (ale-py itself draws 0..noop_max - 1 no-ops)."""
-    with envs.make("atari", num_envs=64, seed=0, game="Pong", noop_max=2) as env:
-        _, info = env._env.reset(seed=np.arange(64))
-    assert sorted(set(info["episode_frame_number"].tolist())) == [0, 1, 2]
-    with envs.make("atari", num_envs=8, seed=0, game="Pong", noop_max=0) as env:
+    """ENVS.md's "up to 30 no-ops at reset": with noop_max 2, games start at emulator frames 0, 1
+    and 2 (these 8 seeds draw each; ale-py itself draws 0..noop_max - 1 no-ops)."""
+    with envs.make("atari", num_envs=8, seed=0, game="Pong", noop_max=2, num_threads=1) as env:
         _, info = env._env.reset(seed=np.arange(8))
-    assert info["episode_frame_number"].tolist() == [0] * 8
+    assert sorted(set(info["episode_frame_number"].tolist())) == [0, 1, 2]
+    with envs.make("atari", num_envs=4, seed=0, game="Pong", noop_max=0, num_threads=1) as env:
+        _, info = env._env.reset(seed=np.arange(4))
+    assert info["episode_frame_number"].tolist() == [0] * 4
 
 
 @pytest.mark.parametrize("game", ["Pong", "Breakout"])

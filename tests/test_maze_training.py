@@ -139,6 +139,18 @@ def test_the_last_checkpoint_is_written_before_the_acting_side_closes(cause, tmp
     assert cause != "stop" or step == 320
 
 
+def wait_for_run(proc: subprocess.Popen, condition, stderr_path: str, timeout: float = 120) -> None:
+    """Wait until ``condition()``; fail at once, with the run's stderr, if the process ``proc``
+    has exited (a run that cannot start: a broken install, a bad flag), or after ``timeout`` s."""
+    deadline = time.time() + timeout
+    while not condition():
+        if proc.poll() is not None or time.time() > deadline:
+            with open(stderr_path) as f:
+                pytest.fail(f"the run exited ({proc.poll()}) or stalled before the moment of the test:\n"
+                            f"{f.read()[-3000:]}")
+        time.sleep(0.1)
+
+
 def _group_members(pgid: int) -> list[int]:
     members = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -183,11 +195,11 @@ def test_sigkill_leaves_no_orphans_and_the_same_command_resumes(tmp_path):
     run_dir = str(tmp_path / "sigkill")
     argv = [sys.executable, MAZE, "--core", "delta", "--run_dir", run_dir, "--total_steps", "10000000",
             *tiny_flags("delta"), "--checkpoint.milestones", "[320]", *SMALL]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    stderr = str(tmp_path / "stderr.txt")
+    with open(stderr, "w") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     csv_path = os.path.join(run_dir, "logs.csv")
-    deadline = time.time() + 120
-    while time.time() < deadline and not (os.path.exists(csv_path) and len(read_csv(csv_path)) >= 3):
-        time.sleep(0.2)
+    wait_for_run(proc, lambda: os.path.exists(csv_path) and len(read_csv(csv_path)) >= 3, stderr)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     deadline = time.time() + 15

@@ -14,6 +14,7 @@ import torch
 
 from agents.learning.checkpoint import checkpoints, read_checkpoint, save_checkpoint
 from launch import evaluate, maze, supervised
+from tests.test_maze_training import wait_for_run
 
 TINY = ["--core", "lstm", "--core.hidden_size", "16", "--num_actors", "1", "--actor.envs_per_actor", "8",
         "--learner.batch_size", "8", "--actor.unroll_length", "5", "--log.tensorboard", "false",
@@ -171,13 +172,12 @@ def test_supervised_kill_9_then_resume_keeps_the_log_history_byte_identical(tmp_
             "--train.batch_size", "8", "--train.eval_every", "7", "--train.checkpoint_every", "10",
             "--log.every", "3", "--log.tensorboard", "false", "--run_dir", run_dir]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.Popen([*argv, "--train.max_steps", "100000"], cwd=root, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    stderr = str(tmp_path / "stderr.txt")
+    with open(stderr, "w") as err:
+        proc = subprocess.Popen([*argv, "--train.max_steps", "100000"], cwd=root, stdout=subprocess.DEVNULL, stderr=err)
     log = os.path.join(run_dir, "logs.csv")
-    deadline = time.time() + 120
-    while time.time() < deadline and not (checkpoints(run_dir) and os.path.exists(log)
-                                           and read_checkpoint(checkpoints(run_dir)[0])["counters"]["step"] >= 30):
-        time.sleep(0.2)
+    wait_for_run(proc, lambda: checkpoints(run_dir) and os.path.exists(log)
+                 and read_checkpoint(checkpoints(run_dir)[0])["counters"]["step"] >= 30, stderr)
     time.sleep(0.3)  # a few more rows past the checkpoint
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
