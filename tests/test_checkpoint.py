@@ -261,6 +261,21 @@ def test_resume_falls_back_to_the_newest_good_checkpoint_and_keeps_it(tmp_path):
         "checkpoint.pt": 4, "checkpoint.prev1.pt": 2, "checkpoint-1.pt": 1}
 
 
+def test_resume_past_a_bad_checkpoint_in_a_read_only_directory_still_resumes(tmp_path, monkeypatch):
+    for step in (1, 2):
+        _save(tmp_path, step)
+    _damage(tmp_path / "checkpoint.pt", "empty")
+
+    def read_only(src, dst):
+        raise PermissionError(30, "Read-only file system")
+
+    monkeypatch.setattr(checkpoint.os, "replace", read_only)
+    warnings = []
+    path, payload = load_latest_good(str(tmp_path), warn=warnings.append)
+    assert path == str(tmp_path / "checkpoint.prev1.pt") and payload["counters"]["step"] == 1
+    assert len(warnings) == 1 and warnings[0].endswith("is empty; skipping it")
+
+
 def test_resume_skips_non_finite_checkpoints_and_names_every_unusable_one(tmp_path):
     for step in (1, 2, 3):
         _save(tmp_path, step, milestone=step == 1)

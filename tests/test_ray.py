@@ -164,6 +164,7 @@ def test_an_exception_in_a_hosts_code_stops_the_run_with_its_line(monkeypatch, c
     assert "actor host 0 crashed:" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a real kill and restart: 8-9 s on the 2-core machine
 def test_a_restarted_host_plays_new_episodes_not_its_first_incarnations(local_ray):
     """Ray rebuilds a dead host from the arguments it was made with, its seed included: the rebuilt
     host draws another, so its envs do not replay the episodes (and actions) of its first unroll."""

@@ -330,8 +330,12 @@ def load_latest_good(directory: str, model: nn.Module | None = None, optimizer: 
         if config is not None and payload.get("config") is not None:
             check_same_run(payload["config"], config, may_change, path)
         for bad, error in skipped:  # set aside, so that the next saves' rotation cannot drop the good one for it
-            os.replace(bad, bad + ".bad")
-            warn(f"{error}; skipping it (kept as {os.path.basename(bad)}.bad)")
+            try:
+                os.replace(bad, bad + ".bad")
+                kept = f" (kept as {os.path.basename(bad)}.bad)"
+            except OSError:  # a read-only run directory: resume all the same (its next save says why it fails)
+                kept = ""
+            warn(f"{error}; skipping it{kept}")
         if skipped and not os.path.exists(os.path.join(directory, LATEST)):
             _link(path, os.path.join(directory, LATEST))  # the good one is the latest again
         _restore(payload, model, optimizer, scheduler)

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from agents.config import RESUMABLE, resumable_keys, save_yaml, to_dict
 from agents.errors import ConfigError, UserError, WriteFailure
-from agents.learning.checkpoint import load_latest_good, save_checkpoint
+from agents.learning.checkpoint import checkpoints, load_latest_good, save_checkpoint
 from fastnet.feature_maps import redraw_random_features
 
 # A momentum or an Adam β of 1 or more never forgets: the step grows without bound.
@@ -171,7 +171,7 @@ class Trainer:
         """Load the newest checkpoint of ``run_dir`` into the model, optimiser and schedule and
         return its payload (None if there is none, or ``resume`` is false); then save config.yaml."""
         found = None
-        if not resume and os.path.isdir(self.run_dir) and os.listdir(self.run_dir):
+        if not resume and checkpoints(self.run_dir):  # a run is there (not just any files: a run_dir may be shared)
             self._move_aside()
         if resume:
             found = load_latest_good(self.run_dir, self.model, self.optimizer, self.scheduler, map_location=device,
