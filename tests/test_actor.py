@@ -227,8 +227,10 @@ def _wait_for(condition, timeout: float = 120) -> None:
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("moment", ["starting", "training"])
-@pytest.mark.parametrize("start_method", START_METHODS)
+@pytest.mark.parametrize("start_method, moment", [
+    *[(method, "starting") for method in START_METHODS], ("fork", "training"),
+    *[pytest.param(method, "training", marks=pytest.mark.slow) for method in START_METHODS[1:]],  # 12-15 s each
+])
 def test_kill_9_of_the_group_leaves_nothing_in_dev_shm(start_method, moment, tmp_path):
     """After kill -9 of the whole group (the resource tracker and forkserver included), no file
     that the run had mapped or open is left in /dev/shm; the same command then resumes, and the
