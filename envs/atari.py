@@ -16,9 +16,9 @@ What the agent sees and what is reported:
 * An episode is a whole game, over all lives: ale-py's ``episodic_life`` is off, so ``done``
   is set only at game over (or at the frame limit), and ``info["episode_return"]`` is the game
   score of the whole game, never that of one life.
-* No FIRE press at reset, as in ENVS.md's v5 protocol; ``fire_reset=True`` turns ale-py's on.
+* No FIRE press at reset, as in Gymnasium's v5 envs; ``fire_reset=True`` turns ale-py's on.
   (The papers' code, torchbeast's ``wrap_deepmind`` over ``NoFrameskip-v4``, presses FIRE and
-  ends an episode at each life lost, without sticky actions; this protocol is v5's.)
+  ends an episode at each life lost, without sticky actions; the protocol here is v5's.)
 
 ``envs.make("atari", num_envs=N, seed=s, game="Pong")`` returns :class:`Atari`; ``game``
 takes the Gymnasium names ("MsPacman", "SpaceInvaders"), ale-py's ROM ids ("ms_pacman") or

@@ -152,8 +152,8 @@ def gymnasium_reference(game, seed):
 
 
 def test_a_game_starts_after_0_to_noop_max_no_op_frames():
-    """ENVS.md's "up to 30 no-ops at reset": with noop_max 2, games start at emulator frames 0, 1
-    and 2 (these 8 seeds draw each; ale-py itself draws 0..noop_max - 1 no-ops)."""
+    """The protocol's "up to 30 no-ops at reset" (envs/atari.py): with noop_max 2, games start at
+    emulator frames 0, 1 and 2 (these 8 seeds draw each; ale-py itself draws 0..noop_max - 1 no-ops)."""
     with envs.make("atari", num_envs=8, seed=0, game="Pong", noop_max=2, num_threads=1) as env:
         _, info = env._env.reset(seed=np.arange(8))
     assert sorted(set(info["episode_frame_number"].tolist())) == [0, 1, 2]
