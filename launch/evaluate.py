@@ -163,8 +163,8 @@ def expand_targets(targets: list[str], steps: list[int] | None = None) -> list[s
         else:
             raise UserError(f"{target} holds no checkpoint")
     unique: dict[tuple[int, int], str] = {}  # each file once (a milestone is a hard link of a checkpoint.pt)
-    for path in paths:
-        unique.setdefault((os.stat(path).st_dev, os.stat(path).st_ino), path)
+    for path, stat in zip(paths, map(os.stat, paths)):
+        unique.setdefault((stat.st_dev, stat.st_ino), path)
     paths = list(unique.values())
     if not paths:  # every target asked for --steps it has no milestone at
         raise UsageError(f"no checkpoint at --steps {' '.join(map(str, steps or []))} in {', '.join(targets)}; "

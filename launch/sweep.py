@@ -329,12 +329,12 @@ def run(argv: list[str]) -> list[dict[str, Any]]:
     check_same_sweep(cfg, sweep_dir)
     started = init_ray(cfg.ray_address)
     try:
-        have = ray.cluster_resources()  # a cluster started here does not grow: a trial it cannot fit waits forever
-        for key, flag, need in (("CPU", "--cpus_per_trial", cfg.cpus_per_trial), ("GPU", "--gpus_per_trial",
-                                                                                  cfg.gpus_per_trial)):
-            if started and need > have.get(key, 0):
-                raise UsageError(f"{flag} {need:g} is more than the {have.get(key, 0):g} {key}s of the Ray started "
-                                 f"here, so no trial could start; use {flag} {have.get(key, 0):g} or less")
+        # a Ray started here does not grow: a trial it cannot fit would wait forever
+        asked = {"CPU": ("--cpus_per_trial", cfg.cpus_per_trial), "GPU": ("--gpus_per_trial", cfg.gpus_per_trial)}
+        for key, (flag, need) in asked.items() if started else ():
+            if need > (have := ray.cluster_resources().get(key, 0)):
+                raise UsageError(f"{flag} {need:g} is more than the {have:g} {key}s of the Ray started here, so no "
+                                 f"trial could start; use {flag} {have:g} or less")
         errors = {Trial.from_config(r.config): str(r.error).strip().splitlines()[-1]
                   for r in make_tuner(cfg, sweep_dir, tune).fit() if r.error is not None}
     finally:
