@@ -2,8 +2,11 @@
 
 The core reads [stem(x_t); r_{t-1}; onehot(a_{t-1})], the IMPALA agent input (Espeholt et al.,
 2018, Fig. 3), where r_{t-1} is clipped to ±``reward_clip`` unless that is None (the maze uses
-the raw reward). At the first step of an episode (``done_t``) the previous reward and action
-belong to the last episode, so they are zeroed, as the core state is.
+the raw reward); a Box space's a_{t-1} enters as the env action, in [−1, 1] (:mod:`agents.actions`).
+With ``normalize_observations`` x_t is first standardised by the running mean and variance of the
+observations the learner has seen (:class:`agents.normalization.RunningNorm`). At the first step
+of an episode (``done_t``) the previous reward and action belong to the last episode, so they are
+zeroed, as the core state is.
 """
 from __future__ import annotations
 
@@ -17,9 +20,10 @@ import torch
 from jsonargparse.typing import NonNegativeFloat, PositiveFloat
 from torch import Tensor, nn
 
-from agents.actions import ActionSpace
+from agents.actions import Actions, CategoricalActions
 from agents.errors import NonFinitePolicyError
 from agents.nature_cnn import NatureStem, ShallowStem
+from agents.normalization import RunningNorm
 from agents.popart import PopArt
 from agents.resnet import ResNetStem
 from fastnet import make_core
@@ -89,6 +93,14 @@ class NetworkConfig:
     """Scale the policy output layer's initial weights and bias by this (0.01: a near-uniform first policy)."""
     separate_critic: bool = False
     """Give the baseline a stem and core of its own (RecurrentPPO's critic): the value loss never shapes the policy."""
+    log_std_init: float = 0.0
+    """Box actions: the initial log σ of the Gaussian policy, a learned parameter of each action dimension."""
+    squash_actions: bool = False
+    """Box actions: step the env with tanh(u) of the Gaussian's draw u (log-probs with the tanh's Jacobian),
+    instead of u clipped to the bounds."""
+    normalize_observations: bool = False
+    """Standardise observations by their running mean and variance (clipped to ±10), updated from the
+    learner's batches, saved in checkpoints and frozen at evaluation."""
 
     stem: ClassVar[str]
 
@@ -137,8 +149,9 @@ class AgentNet(nn.Module):
     make them. Each head is a Linear + tanh layer per ``network.head_sizes`` (none by default),
     then a linear output (the baseline's a :class:`agents.popart.PopArt` head of the options
     ``popart`` when they are given: its ``step``, ``min_sigma`` and ``zero_init``).
-    ``action_sizes`` is a Discrete space's n, or a MultiDiscrete space's sizes, whose components
-    the policy draws independently (:class:`agents.actions.ActionSpace`).
+    ``actions`` is a Discrete space's n, or a MultiDiscrete space's sizes, whose components the
+    policy draws independently, or an action distribution of :mod:`agents.actions` (a Box space's
+    :class:`agents.actions.GaussianActions`, whose log σ is the parameter ``log_std``).
 
     The policy's output layer starts at ``network.policy_init_scale`` times PyTorch's
     initialisation: Andrychowicz et al. (2021) count a 100× smaller last policy layer, whose first
@@ -147,18 +160,31 @@ class AgentNet(nn.Module):
     With ``network.separate_critic`` the baseline reads a second stem and core of the same options,
     whose state rides after the policy core's in the state tuple (sb3-contrib's RecurrentPPO gives
     its critic an LSTM of its own; Andrychowicz et al. 2021 find separate policy and value networks
-    better on most of their tasks). The core's outputs y are then the two cores' side by side."""
+    better on most of their tasks). The core's outputs y are then the two cores' side by side.
 
-    def __init__(self, observation_shape: tuple[int, ...], action_sizes: int | Sequence[int], core: str,
+    With ``return_discount`` the rewards are scaled by 1/σ_G, σ_G² the running variance of the
+    discounted return with that discount (:meth:`reward_scale`; gymnasium's ``NormalizeReward``):
+    the actors record the return, the learner updates ``return_stats`` and scales the rewards it
+    learns from, and the core's reward input is scaled the same way."""
+
+    def __init__(self, observation_shape: tuple[int, ...], actions: int | Sequence[int] | Actions, core: str,
                  core_options: dict[str, Any], *, network: NetworkConfig | None = None,
-                 popart: dict[str, Any] | None = None):
+                 popart: dict[str, Any] | None = None, return_discount: float | None = None):
         super().__init__()
         network = network or MLPNetworkConfig()
-        self.action_space = ActionSpace((action_sizes,) if isinstance(action_sizes, int) else tuple(action_sizes))
-        self.num_actions, self.num_logits = self.action_space.num_actions, self.action_space.num_logits
+        if isinstance(actions, int):
+            actions = CategoricalActions((actions,))
+        elif not hasattr(actions, "log_prob"):
+            actions = CategoricalActions(tuple(actions))
+        self.action_space = actions
+        self.num_logits = actions.num_logits
         self.reward_clip, self.prev_action = network.reward_clip, network.prev_action
+        self.obs_norm = RunningNorm(observation_shape) if network.normalize_observations else None
+        # reward scaling: the spread of the discounted return (discount ``return_discount``) that the actors record
+        self.return_discount = return_discount
+        self.return_stats = RunningNorm(()) if return_discount is not None else None
         self.stem = make_stem(network.stem, observation_shape, **network.stem_options())
-        core_input = self.stem.output_size + 1 + (self.num_logits if self.prev_action else 0)
+        core_input = self.stem.output_size + 1 + (actions.input_size if self.prev_action else 0)
         self.core = make_core(core, core_input, **core_options)
         separate = network.separate_critic
         self.critic_stem = make_stem(network.stem, observation_shape, **network.stem_options()) if separate else None
@@ -168,7 +194,10 @@ class AgentNet(nn.Module):
         self.policy_torso = mlp(self.core.output_size, network.head_sizes, "tanh")
         self.baseline_torso = mlp(self.core.output_size, network.head_sizes, "tanh")
         width = network.head_sizes[-1] if network.head_sizes else self.core.output_size
-        self.policy = nn.Linear(width, self.num_logits)
+        # a Box space's head gives μ; log σ is a parameter of its own, not a function of x
+        self.policy = nn.Linear(width, actions.dim if actions.continuous else self.num_logits)
+        self.log_std = nn.Parameter(torch.full((actions.dim,), float(network.log_std_init))) if actions.continuous \
+            else None
         with torch.no_grad():
             self.policy.weight.mul_(network.policy_init_scale)
             self.policy.bias.mul_(network.policy_init_scale)
@@ -199,8 +228,12 @@ class AgentNet(nn.Module):
         return self.policy_logits(y), self.baseline_torso(critic_y)
 
     def policy_logits(self, y: Tensor) -> Tensor:
-        """The policy logits [..., A] of the core's outputs y (the policy core's part of them)."""
-        return self.policy(self.policy_torso(y[..., :self.core.output_size]))
+        """The policy logits [..., A] of the core's outputs y (the policy core's part of them); a
+        Gaussian's are (μ, log σ)."""
+        logits = self.policy(self.policy_torso(y[..., :self.core.output_size]))
+        if self.log_std is None:
+            return logits
+        return torch.cat([logits, self.log_std.expand_as(logits)], dim=-1)
 
     def core_outputs(self, obs: Tensor, prev_reward: Tensor, prev_action: Tensor, done: Tensor, state: State,
                      truncate_per_step: bool = False) -> tuple[Tensor, State, dict[str, Tensor]]:
@@ -211,11 +244,15 @@ class AgentNet(nn.Module):
         T, B = prev_reward.shape
         keep = (~done).unsqueeze(-1).float()
         reward = prev_reward.float().unsqueeze(-1)
+        if self.return_stats is not None:
+            reward = reward * self.reward_scale()
         if self.reward_clip is not None:
             reward = reward.clamp(-self.reward_clip, self.reward_clip)
         others = [reward * keep]
         if self.prev_action:
-            others.append(self.action_space.one_hot(prev_action.long()) * keep)
+            others.append(self.action_space.features(prev_action) * keep)
+        if self.obs_norm is not None:
+            obs = self.obs_norm(obs)
         x = torch.cat([self.stem(obs.flatten(0, 1)).view(T, B, -1), *others], dim=-1)
         if self.critic_core is None:
             return self._run_core(self.core, x, state, done, truncate_per_step)
@@ -247,16 +284,18 @@ class AgentNet(nn.Module):
     @torch.no_grad()
     def act(self, obs: Tensor, prev_reward: Tensor, prev_action: Tensor, done: Tensor, state: State,
             sample: bool = True, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, State]:
-        """One policy step for B envs: obs [B,...], prev_reward [B], prev_action [B], done [B].
+        """One policy step for B envs: obs [B,...], prev_reward [B], prev_action [B] ([B, D] for a
+        Box space), done [B].
 
-        Returns the actions [B] (sampled from the policy, or its argmax if not ``sample``), the
-        logits [B,A] and the core state after the step. The actors, evaluation and the benchmarks
-        all step the policy through here.
+        Returns the actions [B] (sampled from the policy, or its mode if not ``sample``: the
+        argmax, or a Gaussian's mean), the logits [B,A] and the core state after the step. The
+        actors, evaluation and the benchmarks all step the policy through here; the env is
+        stepped with :meth:`env_actions` of the actions.
 
         Logits that are NaN or infinite (diverged weights, or a memory that overflowed) raise
         :class:`NonFinitePolicyError` on the CPU. On a GPU, where checking would wait for the
-        device, their rows are sampled as uniform and their action is -1, which the caller
-        checks on the host copy it makes anyway (:func:`check_actions`).
+        device, their rows are sampled as uniform and their action is -1 (NaN for a Box space),
+        which the caller checks on the host copy it makes anyway (:func:`check_actions`).
         """
         y, state, _ = self.core_outputs(obs[None], prev_reward[None], prev_action[None], done[None], state)
         logits = self.policy_logits(y[0])  # no value head: acting needs none (PopArt's would cost ~50 µs a step)
@@ -266,7 +305,18 @@ class AgentNet(nn.Module):
             return self._sample(logits, sample, generator), logits, state
         finite = torch.isfinite(logits).all(-1)
         action = self._sample(torch.where(finite[:, None], logits, 0.0), sample, generator)
+        if self.action_space.continuous:
+            return torch.where(finite[:, None], action, math.nan), logits, state
         return torch.where(finite, action, -1), logits, state
+
+    def reward_scale(self) -> Tensor:
+        """1/σ_G (float32, 0-d), the rewards' scale under reward scaling: 1 before any statistics."""
+        return torch.rsqrt(self.return_stats.var + self.return_stats.epsilon).float()
+
+    def env_actions(self, actions: Tensor) -> Tensor:
+        """What the env is stepped with for ``actions`` as :meth:`act` gives them (which the buffers
+        store): the integer actions themselves, or a Box space's clipped or squashed draws."""
+        return self.action_space.to_env(actions)
 
     @torch.no_grad()
     def final_values(self, final_obs: Tensor, reward: Tensor, prev_action: Tensor, state: State) -> Tensor:
@@ -286,6 +336,6 @@ NONFINITE_LOGITS = ("the policy's logits are NaN or inf (its weights or its memo
 
 
 def check_actions(actions: Tensor) -> None:
-    """Raise :class:`NonFinitePolicyError` if :meth:`AgentNet.act` marked an action -1 (host tensor)."""
-    if bool((actions < 0).any()):
+    """Raise :class:`NonFinitePolicyError` if :meth:`AgentNet.act` marked an action -1 or NaN (host tensor)."""
+    if bool((torch.isnan(actions) if actions.is_floating_point() else actions < 0).any()):
         raise NonFinitePolicyError(NONFINITE_LOGITS)

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
 
 from agents.acting.transport import SERVER_KEYS_RENAMED, ActorConfig, RayConfig
+from agents.actions import make_actions
 from agents.config import RESUMABLE, check, from_dict, options, section
 from agents.learning.losses import LossConfig
 from agents.learning.training import LogConfig, OptimConfig, RunConfig
@@ -155,8 +156,14 @@ def check_config(cfg: TrainConfig, device_type: str = "cpu") -> None:
           f"({cfg.actor.envs_per_actor}): server mode splits each worker's envs into that many groups")
 
 
-def build_model(cfg: TrainConfig, observation_shape: tuple[int, ...], action_sizes: int | tuple[int, ...]) -> AgentNet:
+def build_model(cfg: TrainConfig, observation_shape: tuple[int, ...], action_sizes: int | tuple[int, ...], *,
+                action_dim: int = 0) -> AgentNet:
+    """The agent of ``cfg`` for an env of these observations and actions: the Gaussian policy of a Box
+    space of ``action_dim`` > 0 dimensions, else the categorical of ``action_sizes`` (an
+    :class:`envs.EnvSpec`'s fields)."""
     popart = {"step": cfg.loss.popart_step, "min_sigma": cfg.loss.popart_min_sigma,
               "zero_init": cfg.loss.popart_zero_init} if cfg.loss.popart else None
-    return AgentNet(observation_shape, action_sizes, cfg.core.name, options(cfg.core), network=cfg.network,
-                    popart=popart)
+    sizes = (action_sizes,) if isinstance(action_sizes, int) else tuple(action_sizes)
+    actions = make_actions(sizes=sizes, dim=action_dim, squash=cfg.network.squash_actions)
+    return AgentNet(observation_shape, actions, cfg.core.name, options(cfg.core), network=cfg.network,
+                    popart=popart, return_discount=cfg.loss.discount if cfg.loss.scale_rewards else None)

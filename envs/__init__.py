@@ -3,7 +3,8 @@
 Every env class takes ``(num_envs, seed, **options)``, its options the fields of its ``Config``
 dataclass (the config's ``env`` section). Every env it returns is batched and has ``num_envs``,
 ``observation_shape``, ``num_actions``, ``observation_dtype``, ``reset() -> obs [N, ...]``,
-``step(actions [N]) -> (obs, reward [N], done [N], info)`` with torchbeast-style automatic reset
+``step(actions [N]) -> (obs, reward [N], done [N], info)`` (a Box space's gym env: ``action_dim``,
+and actions [N, action_dim] in [−1, 1]) with torchbeast-style automatic reset
 (see ``envs.maze.Maze``), and ``close()``.
 
 Importing ``envs`` registers the Gymnasium ids ``DeltaBeast/Maze-v0`` (``gymnasium.make``
@@ -50,7 +51,9 @@ class EnvSpec:
     observation_dtype: Any
     """The numpy dtype of its observations (``reset()``'s)."""
     action_sizes: tuple[int, ...]
-    """The sizes of the action's components (:func:`action_sizes`)."""
+    """The sizes of the action's components (:func:`action_sizes`); empty for a Box space."""
+    action_dim: int = 0
+    """A Box space's dimensions (its actions are floats [N, action_dim]); 0 for integer actions."""
 
     @property
     def images(self) -> bool:
@@ -63,14 +66,19 @@ def spec(name: str, seed: int = 0, **cfg: Any) -> EnvSpec:
     errors of :func:`make`)."""
     env = make(name, num_envs=1, seed=seed, **cfg)
     try:
-        return EnvSpec(tuple(env.observation_shape), env.reset().dtype, action_sizes(env))
+        return spec_of(env)
     finally:
         env.close()
 
 
+def spec_of(env: Any) -> EnvSpec:
+    """The :class:`EnvSpec` of a made env (it is reset once, for the observations' dtype)."""
+    return EnvSpec(tuple(env.observation_shape), env.reset().dtype, action_sizes(env), getattr(env, "action_dim", 0))
+
+
 def action_sizes(env: Any) -> tuple[int, ...]:
     """The sizes of an env's action components: ``env.action_sizes`` for a MultiDiscrete space
-    (the gym adapter's), else ``(env.num_actions,)``."""
+    (the gym adapter's; empty for a Box space), else ``(env.num_actions,)``."""
     return tuple(getattr(env, "action_sizes", (env.num_actions,)))
 
 

@@ -17,6 +17,18 @@ def check_actions(actions: Any, num_envs: int, num_actions: int) -> np.ndarray:
     return actions.astype(np.int64, copy=False)
 
 
+def check_box_actions(actions: Any, num_envs: int, action_dim: int) -> np.ndarray:
+    """``actions`` as a float64 array [num_envs, action_dim] clipped to [−1, 1]; ``ValueError``
+    unless it is a finite float array of that shape."""
+    actions = np.asarray(actions)
+    if actions.shape != (num_envs, action_dim) or actions.dtype.kind != "f":
+        raise ValueError(f"actions must be a float array of shape ({num_envs}, {action_dim}), got "
+                         f"{actions.dtype} {actions.shape}")
+    if not np.isfinite(actions).all():
+        raise ValueError(f"actions must be finite, got {actions}")
+    return np.clip(actions.astype(np.float64), -1.0, 1.0)
+
+
 class EpisodeTotals:
     """The running return and length of N episodes, reported torchbeast-style (as ``envs.maze.Maze``)."""
 

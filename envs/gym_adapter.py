@@ -1,4 +1,4 @@
-"""Any Gymnasium env with a discrete action space, batched for the actors: ``envs.make("gym", ...)``.
+"""Any Gymnasium env, batched for the actors: ``envs.make("gym", ...)``.
 
 ``envs.make("gym", num_envs=N, seed=s, id="popgym-RepeatPreviousEasy-v0")`` returns
 :class:`GymEnv`. ``id`` is
@@ -26,6 +26,15 @@ Observations (:func:`observation_kind`):
   images too.
 
 ``GymEnv.stem`` names the stem that fits (``"resnet"`` or ``"mlp"``).
+
+Actions: a ``Discrete`` or one-dimensional ``MultiDiscrete`` space takes integers (a
+MultiDiscrete action is the mixed-radix index of its components, :mod:`agents.actions`); a
+one-dimensional ``Box`` space with finite bounds takes floats [N, D] in [−1, 1], clipped there and
+mapped linearly onto [low, high] (what the Gaussian policy's ``to_env`` gives). Other spaces
+(``Tuple``, ``Dict``, ``MultiBinary``, a Box with an infinite bound) are refused in one line.
+
+Option ``observe`` ("positions" or "velocities") keeps one part of a MuJoCo locomotion env's
+observation, the "-P" and "-V" POMDPs of Ni et al. (2022) (:mod:`envs.pomdp`).
 """
 from __future__ import annotations
 
@@ -42,7 +51,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-from envs.batch import EpisodeTotals, check_actions
+from envs.batch import EpisodeTotals, check_actions, check_box_actions
+from envs.pomdp import Observe, ObserveParts
 
 BSUITE_PREFIX = "bsuite/"
 ALE_NAMESPACE = "ALE/"  # ale-py's ids, which it registers on import
@@ -180,10 +190,11 @@ def wrapper_class(name: str) -> type:
 
 
 def make_single(id: str, observation: Literal["auto", "flat"] = "auto", max_episode_steps: int = 0,
-                wrappers: Sequence[str] = ()) -> ObservationAdapter:
+                wrappers: Sequence[str] = (), observe: Observe = "all") -> ObservationAdapter:
     """One env ``id`` (module docstring), wrapped by each of ``wrappers`` in turn, its observations
-    adapted; ``max_episode_steps`` > 0 adds a time limit (Gymnasium's ``TimeLimit``; 0 keeps the env's own).
-    The wrappers' modules are imported first: ``minigrid.wrappers`` registers MiniGrid's ids."""
+    cut to the part ``observe`` keeps (:mod:`envs.pomdp`) and adapted; ``max_episode_steps`` > 0
+    adds a time limit (Gymnasium's ``TimeLimit``; 0 keeps the env's own). The wrappers' modules
+    are imported first: ``minigrid.wrappers`` registers MiniGrid's ids."""
     wrapper_classes = [wrapper_class(name) for name in wrappers]
     try:
         if id.startswith(BSUITE_PREFIX):
@@ -201,14 +212,28 @@ def make_single(id: str, observation: Literal["auto", "flat"] = "auto", max_epis
         raise ValueError(f"env {id!r} cannot be made: {why}") from None
     for cls in wrapper_classes:
         env = cls(env)
-    if isinstance(env.action_space, spaces.Box):
-        raise ValueError(f"env {id!r} has continuous actions ({env.action_space}); the agents' policies are "
-                         "categorical: Discrete or MultiDiscrete action spaces only")
-    if not isinstance(env.action_space, (spaces.Discrete, spaces.MultiDiscrete)) or (
-            isinstance(env.action_space, spaces.MultiDiscrete) and env.action_space.nvec.ndim != 1):
-        raise ValueError(f"env {id!r} has action space {env.action_space}; the agents need a Discrete or a "
-                         "one-dimensional MultiDiscrete one")
+    check_action_space(id, env.action_space)
+    if observe != "all":
+        env = ObserveParts(env, id, observe)
     return ObservationAdapter(env, observation)
+
+
+def check_action_space(id: str, space: spaces.Space) -> None:
+    """ValueError, in one line, unless the agents have a policy for ``space`` (module docstring)."""
+    if isinstance(space, spaces.Box):
+        if len(space.shape) != 1:
+            raise ValueError(f"env {id!r} has Box actions of shape {space.shape}; the Gaussian policy takes a "
+                             "one-dimensional Box (flatten it with a wrapper, --env.wrappers)")
+        if not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
+            raise ValueError(f"env {id!r} has Box actions with an infinite bound ({space}); the policy's actions in "
+                             "[-1, 1] are mapped onto finite bounds: give the space finite ones with a wrapper "
+                             "(gymnasium.wrappers:ClipAction does not change the space)")
+        return
+    if not isinstance(space, (spaces.Discrete, spaces.MultiDiscrete)) or (
+            isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim != 1):
+        raise ValueError(f"env {id!r} has action space {space}; the agents need a Discrete, a one-dimensional "
+                         "MultiDiscrete or a one-dimensional Box with finite bounds (mixed Tuple and Dict actions "
+                         "have no policy here)")
 
 
 class GymEnv:
@@ -224,7 +249,9 @@ class GymEnv:
     ``truncated[i]``: a time limit cut the episode (it did not terminate); then
     ``info["final_obs"][i]`` is its last observation, for the learner's bootstrap. Actions are
     ``0 .. num_actions-1`` (shifted by the space's ``start``); a MultiDiscrete space's action is
-    the mixed-radix index of its components (sizes ``action_sizes``; :mod:`agents.actions`).
+    the mixed-radix index of its components (sizes ``action_sizes``; :mod:`agents.actions`); a Box
+    space's (``action_dim`` > 0, ``action_sizes`` empty) are floats [N, action_dim] in [−1, 1],
+    mapped onto the bounds.
     Env i is seeded with ``(seed + i) mod 2**31`` at ``reset``. Its options are the fields of
     :class:`GymEnv.Config`.
     """
@@ -234,8 +261,7 @@ class GymEnv:
         """Any Gymnasium env, batched."""
 
         id: Optional[str] = None
-        """A Gymnasium id with a discrete action space ("module:Id" imports the module first), or
-        bsuite/<experiment>/<index>."""
+        """A Gymnasium id ("module:Id" imports the module first), or bsuite/<experiment>/<index>."""
         observation: Literal["auto", "flat"] = "auto"
         """auto (uint8 images kept as [C, H, W] for a conv stem, all else flattened) or flat."""
         max_episode_steps: int = 0
@@ -244,6 +270,8 @@ class GymEnv:
         """Gymnasium wrappers applied in order, as module:Class (minigrid.wrappers:OneHotPartialObsWrapper)."""
         vectorization: Literal["sync", "async"] = "sync"
         """Gymnasium's sync (one process) or async (one process per env; not in training's actors) vector env."""
+        observe: Observe = "all"
+        """MuJoCo locomotion: observe all, or only the joint positions or velocities (Ni et al.'s -P/-V POMDPs)."""
 
     def __init__(self, num_envs: int, seed: int = 0, **options: Any) -> None:
         cfg = self.Config(**options)
@@ -255,23 +283,31 @@ class GymEnv:
         if cfg.max_episode_steps < 0:
             raise ValueError(f"max_episode_steps must be >= 0, got {cfg.max_episode_steps!r}")
         for option, value, valid in (("observation", cfg.observation, ("auto", "flat")),
-                                     ("vectorization", cfg.vectorization, ("sync", "async"))):
+                                     ("vectorization", cfg.vectorization, ("sync", "async")),
+                                     ("observe", cfg.observe, ("all", "positions", "velocities"))):
             if value not in valid:
                 raise ValueError(f"{option} must be one of {valid}, got {value!r}")
-        probe = make_single(cfg.id, cfg.observation, cfg.max_episode_steps, cfg.wrappers)
+        probe = make_single(cfg.id, cfg.observation, cfg.max_episode_steps, cfg.wrappers, cfg.observe)
         self.id, self.num_envs, self.seed_value = cfg.id, int(num_envs), int(seed)
         self.kind = probe.kind
         self.stem = "resnet" if self.kind == "image" else "mlp"
         self.observation_shape: tuple[int, ...] = tuple(probe.observation_space.shape)
         self.observation_dtype = np.dtype(probe.observation_space.dtype)
         space = probe.action_space
-        multi = isinstance(space, spaces.MultiDiscrete)
-        self.action_sizes: tuple[int, ...] = tuple(int(n) for n in space.nvec) if multi else (int(space.n),)
-        self.num_actions = int(np.prod(self.action_sizes))  # a MultiDiscrete action: the index of its components
-        self._action_start = np.asarray(space.start, np.int64)
-        self._multi = multi
+        self._box = isinstance(space, spaces.Box)
+        self._multi = isinstance(space, spaces.MultiDiscrete)
+        if self._box:  # floats in [-1, 1], mapped onto [low, high]; no integer actions
+            self.action_dim, self.action_sizes, self.num_actions = int(space.shape[0]), (), 0
+            self._low, self._half_range = space.low.astype(np.float64), (space.high - space.low).astype(np.float64) / 2
+            self._action_dtype = space.dtype
+        else:
+            self.action_dim = 0
+            self.action_sizes: tuple[int, ...] = tuple(int(n) for n in space.nvec) if self._multi else (int(space.n),)
+            self.num_actions = int(np.prod(self.action_sizes))  # a MultiDiscrete action: the index of its components
+            self._action_start = np.asarray(space.start, np.int64)
         probe.close()
-        make_one = functools.partial(make_single, cfg.id, cfg.observation, cfg.max_episode_steps, cfg.wrappers)
+        make_one = functools.partial(make_single, cfg.id, cfg.observation, cfg.max_episode_steps, cfg.wrappers,
+                                     cfg.observe)
         fns = [make_one] * self.num_envs
         vector = SyncVectorEnv if cfg.vectorization == "sync" else AsyncVectorEnv
         self._env = vector(fns, autoreset_mode=AutoresetMode.SAME_STEP)
@@ -285,11 +321,17 @@ class GymEnv:
         return np.array(obs, self.observation_dtype)
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-        """Step every env with ``actions`` (int [N], values in 0..num_actions-1); see the class docstring."""
-        actions = check_actions(actions, self.num_envs, self.num_actions)
-        if self._multi:  # agents.actions: the integer encodes the components in mixed radix
-            actions = np.stack(np.unravel_index(actions, self.action_sizes), axis=-1)
-        obs, reward, terminated, truncated, info = self._env.step(actions + self._action_start)
+        """Step every env with ``actions`` (int [N], values in 0..num_actions-1; a Box space's floats
+        [N, action_dim] in [−1, 1]); see the class docstring."""
+        if self._box:
+            unit = check_box_actions(actions, self.num_envs, self.action_dim)
+            env_actions = (self._low + (unit + 1.0) * self._half_range).astype(self._action_dtype)
+        else:
+            actions = check_actions(actions, self.num_envs, self.num_actions)
+            if self._multi:  # agents.actions: the integer encodes the components in mixed radix
+                actions = np.stack(np.unravel_index(actions, self.action_sizes), axis=-1)
+            env_actions = actions + self._action_start
+        obs, reward, terminated, truncated, info = self._env.step(env_actions)
         reward = np.asarray(reward, np.float32)
         done = np.logical_or(terminated, truncated)
         obs = np.array(obs, self.observation_dtype)

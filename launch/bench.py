@@ -518,7 +518,8 @@ def bench_training(args: argparse.Namespace) -> None:
         torch.set_num_threads(learn_threads)
         big = obs[torch.randint(0, E, (T + 1, N))]
         batch = {"obs": big, "reward": torch.randn(T + 1, N).sign(), "done": torch.rand(T + 1, N) < 0.01,
-                 "action": torch.randint(0, model.num_actions, (T + 1, N)), "final_value": torch.zeros(T + 1, N),
+                 "action": torch.randint(0, model.action_space.num_actions, (T + 1, N)),
+                 "final_value": torch.zeros(T + 1, N),
                  "logits": torch.randn(T + 1, N, model.num_logits),
                  **{f"state_{i}": s.expand(N, *s.shape[1:]).clone() for i, s in enumerate(model.initial_state(1))}}
         trainer = Trainer(model, cfg.optim, total_updates=1e9, run_dir=f"{tmp}/parts", config=cfg, keep=1)

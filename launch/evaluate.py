@@ -57,17 +57,21 @@ def play(env: Any, policy: Any, episodes_per_env: int) -> tuple[list[list[float]
     """Step ``env`` with ``policy`` until each of its envs has finished ``episodes_per_env`` episodes.
 
     ``policy(obs, prev_reward, prev_action, done) -> actions [N]`` sees what an actor sees
-    (``done`` set on each first step of an episode, the start included). Returns per env the
-    scores and lengths of its first ``episodes_per_env`` episodes.
+    (``done`` set on each first step of an episode, the start included). A policy with
+    ``env_actions`` (:class:`ModelPolicy`) steps the env with ``policy.env_actions(actions)`` (a Box
+    space's clipped draws) and starts from its ``first_action``. Returns per env the scores and
+    lengths of its first ``episodes_per_env`` episodes.
     """
     n = env.num_envs
     scores: list[list[float]] = [[] for _ in range(n)]
     lengths: list[list[int]] = [[] for _ in range(n)]
     obs = env.reset()
-    reward, action, done = np.zeros(n, np.float32), np.zeros(n, np.int64), np.ones(n, bool)
+    to_env = getattr(policy, "env_actions", lambda a: a)
+    reward, done = np.zeros(n, np.float32), np.ones(n, bool)
+    action = getattr(policy, "first_action", np.zeros(n, np.int64))
     while min(len(s) for s in scores) < episodes_per_env:
-        action = np.asarray(policy(obs, reward, action, done), np.int64)
-        obs, reward, done, info = env.step(action)
+        action = np.asarray(policy(obs, reward, action, done))
+        obs, reward, done, info = env.step(to_env(action))
         for i in np.flatnonzero(done):
             if len(scores[i]) < episodes_per_env:
                 scores[i].append(float(info["episode_return"][i]))
@@ -107,7 +111,8 @@ MEMORY_ABLATIONS = ("full", "no_core_state", "none")
 
 
 class ModelPolicy:
-    """An AgentNet stepped one step at a time (on ``device``); argmax actions or samples.
+    """An AgentNet stepped one step at a time (on ``device``); the policy's mode (the argmax, or a
+    Gaussian's mean) or samples.
 
     ``memory``: ``full``; ``no_core_state``, the core state zeroed before every step;
     ``none``, every step played as an episode's first (the state, previous action and reward
@@ -125,6 +130,12 @@ class ModelPolicy:
         self.num_envs = num_envs
         self.state = self.model.initial_state(num_envs, self.device)
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        actions = self.model.action_space
+        self.first_action = torch.zeros((num_envs, *actions.action_shape), dtype=actions.action_dtype).numpy()
+
+    def env_actions(self, actions: np.ndarray) -> np.ndarray:
+        """What the env is stepped with (:meth:`agents.network.AgentNet.env_actions`)."""
+        return self.model.env_actions(self.torch.from_numpy(actions)).numpy()
 
     def __call__(self, obs: np.ndarray, reward: np.ndarray, action: np.ndarray, done: np.ndarray) -> np.ndarray:
         if self.memory == "no_core_state":
@@ -183,7 +194,7 @@ def load_agent(path: str) -> tuple[Any, Any, dict[str, Any]]:
     payload = read_checkpoint(path)
     cfg = config_from_dict(payload["config"], path)
     env_spec = envs.spec(cfg.env.name, **options(cfg.env))
-    model = build_model(cfg, env_spec.observation_shape, env_spec.action_sizes)
+    model = build_model(cfg, env_spec.observation_shape, env_spec.action_sizes, action_dim=env_spec.action_dim)
     model.load_state_dict(payload["model"])
     return model.eval(), cfg, payload["counters"]
 

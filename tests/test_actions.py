@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-import envs
-from agents.actions import ActionSpace
+from agents.actions import CategoricalActions
 from agents.learning.losses import LossConfig, Unrolls, actor_critic_losses
 from agents.network import AgentNet
 from launch import evaluate, train
@@ -21,7 +20,7 @@ SIZES = (3, 4, 2)
 
 def test_log_prob_and_entropy_are_sums_over_the_components_by_hand():
     torch.manual_seed(0)
-    space = ActionSpace(SIZES)
+    space = CategoricalActions(SIZES)
     logits = torch.randn(5, 2, sum(SIZES), dtype=torch.float64)
     actions = torch.randint(0, math.prod(SIZES), (5, 2))
     want_log_prob, want_entropy = np.zeros((5, 2)), 0.0
@@ -48,7 +47,7 @@ def test_log_prob_and_entropy_are_sums_over_the_components_by_hand():
 
 
 def test_the_action_index_is_numpys_mixed_radix_and_one_hots_sit_side_by_side():
-    space = ActionSpace(SIZES)
+    space = CategoricalActions(SIZES)
     grid = np.stack(np.meshgrid(*[np.arange(n) for n in SIZES], indexing="ij"), -1).reshape(-1, len(SIZES))
     index = np.ravel_multi_index(grid.T, SIZES)
     assert torch.equal(space.index(torch.from_numpy(grid)), torch.from_numpy(index))
@@ -59,7 +58,7 @@ def test_the_action_index_is_numpys_mixed_radix_and_one_hots_sit_side_by_side():
 
 
 def test_sampling_draws_each_component_from_its_softmax_and_the_mode_is_each_argmax():
-    space = ActionSpace((3, 2))
+    space = CategoricalActions((3, 2))
     logits = torch.tensor([[0.0, 1.0, 2.0, 0.5, -0.5]]).expand(20_000, 5)
     parts = space.components(space.sample(logits, torch.Generator().manual_seed(0)))
     for k, (chunk, n) in enumerate(zip(logits[0].split((3, 2)), (3, 2))):
@@ -81,11 +80,6 @@ def test_a_multidiscrete_policy_acts_in_step_mode_as_in_sequence_mode():
         logits_step.append(logits)
     assert logits_seq.shape == (T, B, 9)
     torch.testing.assert_close(torch.stack(logits_step), logits_seq, rtol=1e-5, atol=1e-6)
-
-
-def test_continuous_actions_get_one_line():
-    with pytest.raises(ValueError, match="continuous actions .*Discrete or MultiDiscrete action spaces only"):
-        envs.make("gym", num_envs=1, id="Pendulum-v1")
 
 
 @pytest.mark.parametrize("env_id,sizes,mode", [("popgym:popgym-MineSweeperEasy-v0", (4, 4), "actor"),

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import envs
+from agents.actions import CategoricalActions
 from agents.atari_tables import PAPER_SCORES, TABLE_COLUMNS, TABLE_OF_STEP, TABLE_ROWS, paper_step
 from launch import evaluate
 
@@ -241,6 +242,8 @@ def test_a_maze_checkpoint_scores_above_random_with_the_default_policy(tmp_path)
 class _CountingModel:
     """Records what the policy hands to ``act``; its state counts the steps since the last reset."""
 
+    action_space = CategoricalActions((3,))
+
     def __init__(self):
         self.calls = []
 
@@ -259,6 +262,9 @@ class _CountingModel:
         self.calls.append((state.clone(), done.clone(), reward.clone(), action.clone()))
         state = torch.where(done, torch.zeros_like(state), state) + 1
         return torch.zeros(len(obs), dtype=torch.long), None, state
+
+    def env_actions(self, actions):
+        return actions
 
 
 @pytest.mark.parametrize("memory", ["full", "no_core_state", "none"])

@@ -68,7 +68,7 @@ def _sequential(model: AgentNet, num_envs: int, seed: int, steps: int) -> tuple[
     env = envs.make(ENV, num_envs=num_envs, seed=seed, **ENV_OPTIONS)
     row = {"obs": torch.from_numpy(env.reset()), "reward": torch.zeros(num_envs),
            "done": torch.ones(num_envs, dtype=torch.bool), "action": torch.zeros(num_envs, dtype=torch.int64),
-           "logits": torch.zeros(num_envs, model.num_actions)}
+           "logits": torch.zeros(num_envs, model.num_logits)}
     state = model.initial_state(num_envs)
     rows, states = [], []
     for _ in range(steps):

@@ -129,7 +129,7 @@ def test_actor_mode_stores_the_value_of_a_cut_episodes_last_observation(core):
         model.policy.bias.neg_()
     env = envs.make("gym", num_envs=1, seed=1, **CUT)
     runner = EnvRunner(env, model, torch.tensor(0))
-    out = {k: v[0] for k, v in create_buffers(1, 9, 1, env.observation_shape, torch.float32, model.num_actions,
+    out = {k: v[0] for k, v in create_buffers(1, 9, 1, env.observation_shape, torch.float32, model,
                                               model.initial_state(1)).items()}
     torch.manual_seed(0)
     runner.unroll(out)

@@ -21,26 +21,31 @@ from torch import Tensor, nn
 
 from agents.acting.transport import ActorConfig, Batch, EnvSetup, Transport
 from agents.acting.workers import IndexQueue, PipeFlag, WorkerProcesses
+from agents.normalization import discounted_returns
 from fastnet.state import State
 
 
 def create_buffers(num_buffers: int, unroll_length: int, num_envs: int, observation_shape: tuple[int, ...],
-                   observation_dtype: torch.dtype, num_logits: int, state: State,
+                   observation_dtype: torch.dtype, policy: nn.Module, state: State,
                    device: torch.device | str = "cpu") -> dict[str, Tensor]:
-    """Rollout buffers [num_buffers, T+1, num_envs, ...] in the layout of :mod:`agents.acting.transport`,
-    plus ``state_i`` [num_buffers, *state[i].shape]; in shared memory if on the CPU."""
+    """Rollout buffers [num_buffers, T+1, num_envs, ...] in the layout of :mod:`agents.acting.transport`
+    for ``policy``'s actions and logits (with ``discounted_return`` where it scales rewards), plus
+    ``state_i`` [num_buffers, *state[i].shape]; in shared memory if on the CPU."""
     steps = (num_buffers, unroll_length + 1, num_envs)
+    actions = policy.action_space
     specs = {
         "obs": (steps + tuple(observation_shape), observation_dtype),
         "reward": (steps, torch.float32),
         "done": (steps, torch.bool),
-        "action": (steps, torch.int64),
-        "logits": (steps + (num_logits,), torch.float32),
+        "action": (steps + actions.action_shape, actions.action_dtype),
+        "logits": (steps + (policy.num_logits,), torch.float32),
         "episode_return": (steps, torch.float32),
         "episode_length": (steps, torch.int32),
         "final_value": (steps, torch.float32),
         "policy_version": (steps, torch.int64),
     }
+    if getattr(policy, "return_stats", None) is not None:
+        specs["discounted_return"] = (steps, torch.float32)
     specs.update({f"state_{i}": ((num_buffers, *s.shape), s.dtype) for i, s in enumerate(state)})
     buffers = {key: torch.zeros(shape, dtype=dtype, device=device) for key, (shape, dtype) in specs.items()}
     return {key: buf.share_memory_() if buf.device.type == "cpu" else buf for key, buf in buffers.items()}
@@ -62,21 +67,26 @@ class EnvRunner:
     """Steps a batch of envs with a copy of the policy, one unroll of T+1 steps at a time,
     carrying the last step and the core state from one unroll to the next (an actor's work, in
     actor mode and on a Ray actor host). ``version`` (a 0-d tensor that the owner of the copy
-    updates) counts the weights published into ``model``; each step records it as ``policy_version``."""
+    updates) counts the weights published into ``model``; each step records it as ``policy_version``.
+    Where the model scales rewards (``model.return_stats``), each step also records the discounted
+    return so far of each env, whose spread the learner measures."""
 
     def __init__(self, env: Any, model: nn.Module, version: Tensor):
         n = env.num_envs
         self.env, self.model, self.version = env, model, version
+        actions = model.action_space
         self.step = {
             "obs": torch.from_numpy(env.reset()),
             "reward": torch.zeros(n),
             "done": torch.ones(n, dtype=torch.bool),
-            "action": torch.zeros(n, dtype=torch.int64),
+            "action": torch.zeros((n, *actions.action_shape), dtype=actions.action_dtype),
             "logits": torch.zeros(n, model.num_logits),
             "episode_return": torch.zeros(n),
             "episode_length": torch.zeros(n, dtype=torch.int32),
             "policy_version": torch.zeros(n, dtype=torch.int64),
         }
+        if getattr(model, "return_stats", None) is not None:
+            self.step["discounted_return"] = torch.zeros(n)
         self.state = model.initial_state(n)
 
     def unroll(self, out: dict[str, Tensor]) -> None:
@@ -89,7 +99,7 @@ class EnvRunner:
                 step, version = self.step, int(self.version)  # read first: in actor mode the copy may change
                 action, logits, self.state = self.model.act(step["obs"], step["reward"], step["action"],
                                                             step["done"], self.state)
-                obs, reward, done, info = self.env.step(action.numpy())
+                obs, reward, done, info = self.env.step(self.model.env_actions(action).numpy())
                 reward = torch.from_numpy(reward)
                 self.step = {
                     "obs": torch.from_numpy(obs), "reward": reward,
@@ -100,6 +110,9 @@ class EnvRunner:
                 }
                 if "truncated" in info:  # an env with time limits (the maze has none: its buffer stays 0)
                     self.step["final_value"] = truncation_values(self.model, info, reward, action, self.state)
+                if "discounted_return" in step:
+                    self.step["discounted_return"] = discounted_returns(step["discounted_return"], reward,
+                                                                        step["done"], self.model.return_discount)
             for key, value in self.step.items():
                 out[key][t] = value
 
@@ -148,8 +161,7 @@ class ActorPool(Transport):
         self.shared_tensors = list(model.state_dict().values())  # what publish_weights copies into, in place
         self.version = torch.zeros((), dtype=torch.int64).share_memory_()  # weights published so far
         self.buffers = create_buffers(num_buffers, actor.unroll_length, actor.envs_per_actor, envs.observation_shape,
-                                      envs.observation_dtype, model.num_logits,
-                                      model.initial_state(actor.envs_per_actor))
+                                      envs.observation_dtype, model, model.initial_state(actor.envs_per_actor))
         self.free_queue, self.full_queue = IndexQueue(), IndexQueue()
         for i in range(num_buffers):
             self.free_queue.put(i)

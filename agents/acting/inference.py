@@ -53,8 +53,10 @@ from torch import Tensor, nn
 from agents.acting.actor import create_buffers
 from agents.acting.transport import ActorConfig, Batch, EnvSetup, Transport
 from agents.acting.workers import IndexQueue, PipeFlag, WorkerProcesses
+from agents.actions import Actions
 from agents.errors import ActorError, UserError
 from agents.network import check_actions
+from agents.normalization import discounted_returns
 
 WAKE = -1  # put on ``ready`` by the learner when it hands back a batch, so a waiting loop looks again
 # What a worker writes, and each row of an unroll copies (final_value: 0 from the worker; the server
@@ -63,17 +65,17 @@ STEP_KEYS = ("obs", "reward", "done", "episode_return", "episode_length", "final
 
 
 def create_slots(num_workers: int, num_envs: int, observation_shape: tuple[int, ...],
-                 observation_dtype: torch.dtype) -> dict[str, Tensor]:
+                 observation_dtype: torch.dtype, actions: Actions) -> dict[str, Tensor]:
     """Shared-memory slots [num_workers, num_envs, ...]: a worker's last step (with, where a time
     limit cut an episode, ``truncated`` and the episode's last observation ``final_obs``), and
-    its next actions."""
+    the next actions it steps its envs with (``actions.to_env`` of the policy's)."""
     shape = (num_workers, num_envs)
     slots = {"obs": torch.zeros(shape + tuple(observation_shape), dtype=observation_dtype),
              "reward": torch.zeros(shape), "done": torch.zeros(shape, dtype=torch.bool),
              "episode_return": torch.zeros(shape), "episode_length": torch.zeros(shape, dtype=torch.int32),
              "final_value": torch.zeros(shape), "truncated": torch.zeros(shape, dtype=torch.bool),
              "final_obs": torch.zeros(shape + tuple(observation_shape), dtype=observation_dtype),
-             "action": torch.zeros(shape, dtype=torch.int64)}
+             "action": torch.zeros(shape + actions.action_shape, dtype=actions.action_dtype)}
     return {key: slot.share_memory_() for key, slot in slots.items()}
 
 
@@ -162,15 +164,21 @@ class InferenceServer(Transport):
         self.batches = [{**{key: buf[0].to(device) if key.startswith("state_") else buf[0]
                             for key, buf in create_buffers(
                                 1, unroll_length, batch_size, observation_shape, observation_dtype,
-                                policy.num_logits, policy.initial_state(batch_size, device)).items()},
+                                policy, policy.initial_state(batch_size, device)).items()},
                          "env_slot": torch.zeros(batch_size, dtype=torch.int64)} for _ in range(num_batches)]
-        self.slots = create_slots(self.num_units, self.envs_per_unit, observation_shape, observation_dtype)
+        actions = policy.action_space
+        self.slots = create_slots(self.num_units, self.envs_per_unit, observation_shape, observation_dtype, actions)
         num_envs = num_workers * envs_per_worker
         self.max_batch_envs = actor.server.max_batch or num_envs
         self.max_wait_s = actor.server.max_wait_ms / 1e3
         self.env_rows = torch.arange(num_envs)
         self.state_table = tuple(policy.initial_state(num_envs, device))
-        self.prev_action = torch.zeros(num_envs, dtype=torch.int64)  # on the host, as the rows they go to
+        # on the host, as the rows they go to
+        self.prev_action = torch.zeros((num_envs, *actions.action_shape), dtype=actions.action_dtype)
+        # reward scaling: each env's discounted return so far, and whether its last step began an episode
+        self.return_discount = policy.return_discount if getattr(policy, "return_stats", None) is not None else None
+        self.discounted_return, self.prev_done = torch.zeros(num_envs), torch.zeros(num_envs, dtype=torch.bool)
+        self.returns_counted: set[int] = set()  # units whose step in the slots is in discounted_return (the loop's)
         self.prev_logits = torch.zeros((num_envs, policy.num_logits))
         self.version = 0  # weights published so far
         self.prev_version = torch.zeros(num_envs, dtype=torch.int64)  # the version that chose each env's last action
@@ -340,6 +348,15 @@ class InferenceServer(Transport):
                 self.step_in_unroll[u] = 1
             acting.append(u)
 
+        if self.return_discount is not None:  # before the rows are written: each row records its env's return
+            for u in {row[0] for row in rows} - self.returns_counted:  # a stalled unit's step is counted once
+                self.returns_counted.add(u)
+                envs_of_u = slice(u * E, (u + 1) * E)
+                self.discounted_return[envs_of_u] = discounted_returns(
+                    self.discounted_return[envs_of_u], self.slots["reward"][u], self.prev_done[envs_of_u],
+                    self.return_discount)
+                self.prev_done[envs_of_u] = self.slots["done"][u]
+
         # Each step goes from its units' slots straight into its batch's groups (host memory; slices,
         # no index tensors), one copy per key for each run of consecutive units in consecutive
         # groups (the usual case: the FIFO hands out groups in order); the state before an
@@ -351,6 +368,8 @@ class InferenceServer(Transport):
             batch["action"][t, cols] = self.prev_action[envs_of_u]
             batch["logits"][t, cols] = self.prev_logits[envs_of_u]
             batch["policy_version"][t, cols] = self.prev_version[envs_of_u]
+            if self.return_discount is not None:
+                batch["discounted_return"][t, cols] = self.discounted_return[envs_of_u]
         for u, b, _, g, n in _runs([(u, b, 0, g) for u, b, g in starts]):
             batch, cols, envs_of_u = self.batches[b], slice(g * E, (g + n) * E), slice(u * E, (u + n) * E)
             for i, table in enumerate(self.state_table):
@@ -375,7 +394,9 @@ class InferenceServer(Transport):
             self.prev_action[envs_] = action
             self.prev_logits[envs_] = logits
             self.prev_version[envs_] = version
-            self.slots["action"][units] = action.view(len(acting), -1)  # unit u owns row u
+            env_action = self.policy.env_actions(action)  # the stored action is the draw; the env gets its clip
+            self.slots["action"][units] = env_action.view(len(acting), E, *env_action.shape[1:])  # unit u owns row u
+            self.returns_counted.difference_update(acting)  # their next step is a new one
             for u in acting:
                 self.acted[u // self.splits].put(u % self.splits)
             self.served[0] += 1

@@ -112,12 +112,12 @@ class ActorHost:
         torch.manual_seed(seed)
         cfg = config_from_dict(config, "the learner's config")
         env = envs.make(cfg.env.name, num_envs=num_envs, seed=seed, **options(cfg.env))
-        self.model = build_model(cfg, tuple(env.observation_shape), envs.action_sizes(env)).eval()
+        self.model = build_model(cfg, tuple(env.observation_shape), envs.action_sizes(env),
+                                 action_dim=getattr(env, "action_dim", 0)).eval()
         self.version = torch.tensor(-1)  # the weights held: the learner's count of those published
         self.runner = EnvRunner(env, self.model, self.version)
         buffers = create_buffers(1, cfg.actor.unroll_length, num_envs, tuple(env.observation_shape),
-                                 self.runner.step["obs"].dtype, self.model.num_logits,
-                                 self.model.initial_state(num_envs))
+                                 self.runner.step["obs"].dtype, self.model, self.model.initial_state(num_envs))
         self.out = {key: buf[0] for key, buf in buffers.items()}
         self.unrolls_done = 0
         self.node = ray.get_runtime_context().get_node_id()

@@ -26,7 +26,6 @@ from agents.acting.actor import ActorPool
 from agents.acting.inference import InferenceServer
 from agents.acting.ray_backend import RayTransport, ray_connection
 from agents.acting.transport import EnvSetup, Transport
-from agents.actions import ActionSpace
 from agents.config import options, to_dict
 from agents.errors import ActorError, ConfigError
 from agents.learning.logger import Logger, RecentMean
@@ -49,12 +48,16 @@ def run_unrolls(model: AgentNet, batch: dict[str, Tensor],
     return *model.heads(y), aux
 
 
-def rewards_and_discounts(batch: dict[str, Tensor], cfg: TrainConfig) -> tuple[Tensor, Tensor]:
-    """The rewards r_1..r_T (clipped with ``network.reward_clip``) and discounts γ·(1 − done_{t+1})
-    [T, N] that score steps 0..T-1 of a batch. Where a time limit cut an episode, the step's
-    reward gains γ·V(x_final), the value of the episode's last observation (``final_value``): the
-    cut is not an end, so the target goes on (Pardo et al. 2018); a termination's stops at its reward."""
+def rewards_and_discounts(batch: dict[str, Tensor], cfg: TrainConfig,
+                          reward_scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """The rewards r_1..r_T (times ``reward_scale`` under ``loss.scale_rewards``, then clipped with
+    ``network.reward_clip``) and discounts γ·(1 − done_{t+1}) [T, N] that score steps 0..T-1 of a
+    batch. Where a time limit cut an episode, the step's reward gains γ·V(x_final), the value of
+    the episode's last observation (``final_value``): the cut is not an end, so the target goes on
+    (Pardo et al. 2018); a termination's stops at its reward."""
     rewards = batch["reward"][1:]
+    if reward_scale is not None:
+        rewards = rewards * reward_scale
     if cfg.network.reward_clip is not None:
         rewards = rewards.clamp(-cfg.network.reward_clip, cfg.network.reward_clip)
     rewards = rewards + cfg.loss.discount * batch["final_value"][1:]
@@ -62,24 +65,26 @@ def rewards_and_discounts(batch: dict[str, Tensor], cfg: TrainConfig) -> tuple[T
 
 
 def unrolls_of(logits: Tensor, baseline: Tensor, batch: dict[str, Tensor], cfg: TrainConfig,
-               action_space: ActionSpace | None) -> Unrolls:
+               model: AgentNet | None) -> Unrolls:
     """What the loss scores in :func:`run_unrolls`'s outputs [T+1, N, ...]: the logits and
     baselines at 0..T-1 against the actions a_0..a_{T-1} (stored at 1..T) and
-    :func:`rewards_and_discounts`; the baseline at step T bootstraps (V(x_T) in Eq. 1)."""
-    rewards, discounts = rewards_and_discounts(batch, cfg)
+    :func:`rewards_and_discounts` (scaled by ``model``'s reward scale, if it keeps one); the
+    baseline at step T bootstraps (V(x_T) in Eq. 1). ``model`` None: one categorical over the logits."""
+    scale = model.reward_scale() if model is not None and model.return_stats is not None else None
+    rewards, discounts = rewards_and_discounts(batch, cfg, scale)
     return Unrolls(logits[:-1], batch["logits"][1:], batch["action"][1:], rewards, discounts, baseline[:-1],
-                   baseline[-1], action_space)
+                   baseline[-1], model.action_space if model is not None else None)
 
 
 @torch.no_grad()
 def update_popart(popart: PopArt, logits: Tensor, features: Tensor, batch: dict[str, Tensor], cfg: TrainConfig,
-                  action_space: ActionSpace) -> tuple[Tensor, Tensor]:
+                  model: AgentNet) -> tuple[Tensor, Tensor]:
     """Move PopArt's statistics towards the value targets of a batch under the network as it is
     (``logits`` and the value head's input ``features``, [T+1, N, ...]),
     and rescale its head (van Hasselt et al. 2016, Algorithm 1: statistics first, then the
     gradient step, which then learns in the new normalisation). Returns the value targets and
     advantages, which the rescale leaves as they were (it keeps every value)."""
-    returns = estimate_returns(unrolls_of(logits, popart(features).squeeze(-1), batch, cfg, action_space), cfg.loss)
+    returns = estimate_returns(unrolls_of(logits, popart(features).squeeze(-1), batch, cfg, model), cfg.loss)
     popart.update(returns[0])
     return returns
 
@@ -97,15 +102,27 @@ def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig, *,
     """
     logits, features, aux = run_unrolls(model, batch, cfg)
     popart = model.baseline if isinstance(model.baseline, PopArt) else None
-    returns = update_popart(popart, logits, features, batch, cfg, model.action_space) if popart_first else None
+    returns = update_popart(popart, logits, features, batch, cfg, model) if popart_first else None
     baseline = model.baseline(features).squeeze(-1)
-    losses, _ = actor_critic_losses(unrolls_of(logits, baseline, batch, cfg, model.action_space), cfg.loss,
+    losses, _ = actor_critic_losses(unrolls_of(logits, baseline, batch, cfg, model), cfg.loss,
                                     value_scale=popart.sigma if popart is not None else None,
                                     old_values=old_values, returns=returns)
     num_samples = baseline[:-1].numel()  # the loss terms are sums over T x N; aux losses are means
     loss = total_loss(losses, cfg.loss.baseline_cost, cfg.loss.entropy_cost,
                       {k: num_samples * v for k, v in aux.items()}, cfg.loss.aux_loss_weights)
     return loss, {**losses, **{f"aux_{k}": v for k, v in aux.items()}}
+
+
+@torch.no_grad()
+def update_statistics(model: AgentNet, batch: dict[str, Tensor]) -> None:
+    """Move the model's running statistics with a batch's new steps 1..T (step 0 repeats the last
+    unroll's): the observations' (``network.normalize_observations``) and the discounted returns'
+    (``loss.scale_rewards``). Before the batch's updates, so they learn in the new normalisation,
+    which reaches the acting side with the weights."""
+    if model.obs_norm is not None:
+        model.obs_norm.update(batch["obs"][1:])
+    if model.return_stats is not None:
+        model.return_stats.update(batch["discounted_return"][1:])
 
 
 def minibatch_columns(num_trajectories: int, minibatches: int, generator: torch.Generator) -> list[Tensor]:
@@ -233,7 +250,7 @@ def _train(cfg: TrainConfig, device: torch.device,
     obs_dtype = torch.from_numpy(np.zeros(0, env_spec.observation_dtype)).dtype
 
     try:  # a stem that does not fit the observations (an image stem on flat ones)
-        model = build_model(cfg, obs_shape, action_sizes).to(device)
+        model = build_model(cfg, obs_shape, action_sizes, action_dim=env_spec.action_dim).to(device)
     except ValueError as e:
         raise ConfigError(f"network: {e}") from None
     steps_per_update = cfg.learner.batch_size * cfg.actor.unroll_length
@@ -280,6 +297,7 @@ def _train(cfg: TrainConfig, device: torch.device,
                     waited += time.time() - t0
                     policy_lag = published - batch["policy_version"][1:].double().mean().item()
                     batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+                    update_statistics(model, batch)
                     metrics = learn_from_batch(trainer, model, batch, cfg, minibatch_generator)
                     transport.publish_weights(model)
                     published += 1

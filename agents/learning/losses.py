@@ -24,7 +24,7 @@ import torch
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, OpenUnitInterval, PositiveFloat
 from torch import Tensor
 
-from agents.actions import ActionSpace
+from agents.actions import Actions, CategoricalActions
 from agents.config import RESUMABLE
 from agents.learning.vtrace import gae, vtrace
 
@@ -53,6 +53,9 @@ class LossConfig:
     """GAE's λ."""
     normalize_advantages: bool = False
     """Standardise the advantages over each minibatch."""
+    scale_rewards: bool = False
+    """Divide rewards by the running std of the discounted return (gymnasium's NormalizeReward; CleanRL's
+    continuous PPO), in the loss and in the core's input; its statistics ride in the checkpoint."""
     value_clip: Optional[PositiveFloat] = None
     """PPO's value clipping: keep the value within this of its value before the batch's updates (null: off)."""
     popart: bool = False
@@ -65,13 +68,18 @@ class LossConfig:
     """PopArt: start a new value head at zero, so the first statistics do not magnify its random outputs."""
 
 
+MAX_LOG_RATIO = 20.0
+"""The clamp of log π/μ (:meth:`Unrolls.log_probs`): e^20 ≈ 5e8, finite in float32 and far past any clip."""
+
+
 @dataclass(frozen=True)
 class Unrolls:
     """What the loss scores, time-major: the learner's ``target_logits`` and the actors'
     ``behaviour_logits`` [T, B, A], the ``actions`` taken [T, B], the ``rewards`` and
     ``discounts`` γ_s [T, B] (zero where the episode ended), the ``values`` V(x_s) [T, B] and
-    the ``bootstrap_value`` V(x_T) [B]. ``action_space`` factorises a MultiDiscrete space's
-    logits (:mod:`agents.actions`; default: one categorical over the logits)."""
+    the ``bootstrap_value`` V(x_T) [B]. ``action_space`` reads the logits (:mod:`agents.actions`:
+    a MultiDiscrete space's factorised categorical, a Box space's Gaussian, whose actions are
+    [T, B, D]; default: one categorical over the logits)."""
 
     target_logits: Tensor
     behaviour_logits: Tensor
@@ -80,16 +88,20 @@ class Unrolls:
     discounts: Tensor
     values: Tensor
     bootstrap_value: Tensor
-    action_space: Optional[ActionSpace] = None
+    action_space: Optional[Actions] = None
 
     @property
-    def space(self) -> ActionSpace:
-        return self.action_space or ActionSpace((self.target_logits.shape[-1],))
+    def space(self) -> Actions:
+        return self.action_space or CategoricalActions((self.target_logits.shape[-1],))
 
     def log_probs(self) -> tuple[Tensor, Tensor]:
-        """(log π(a_s|x_s), log ρ_s = log π(a_s|x_s) − log μ(a_s|x_s)), each [T, B]."""
+        """(log π(a_s|x_s), log ρ_s = log π(a_s|x_s) − log μ(a_s|x_s)), each [T, B]. The log-ratio
+        is clamped to ±:data:`MAX_LOG_RATIO` before anything takes its exp: a Gaussian's density
+        ratio at a far-off action can pass float32's range (e^89), and V-trace's ρ̄ and PPO's clip
+        cut far nearer than the clamp, so no value they use changes."""
         log_pi = self.space.log_prob(self.target_logits, self.actions)
-        return log_pi, log_pi - self.space.log_prob(self.behaviour_logits, self.actions)
+        log_rhos = log_pi - self.space.log_prob(self.behaviour_logits, self.actions)
+        return log_pi, log_rhos.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
 
 
 @torch.no_grad()
