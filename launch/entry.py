@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from agents.config import parse
-from agents.errors import exit_on_error
+from agents.errors import ConfigError, exit_on_error
 from agents.learning.learner import train
 from agents.run_config import TrainConfig, rl_schema
 from fastnet import CORES
@@ -38,6 +38,8 @@ class RLEntry:
     """Short flags beyond :data:`SHORT_FLAGS` (``--game``)."""
     schema: Optional[Callable[[str], type]] = None
     """The config schema of a core name (None: ``rl_schema`` of the env, core and stem)."""
+    action_presets: bool = False
+    """Apply the defaults file's ``presets.actions.continuous`` when the env's actions are a Box space."""
 
     def load(self, argv: list[str], *, presets: dict[str, str] | None = None) -> TrainConfig:
         """The resolved config of ``argv``, with ``presets`` applied before the core's
@@ -48,12 +50,34 @@ class RLEntry:
             return rl_schema(self.env, names["core"], names.get("network"))
 
         selectors = {**CORE, **({"network.stem": self.stems} if self.stems else {})}
-        return parse(schema, argv, os.path.join(CONFIGS, self.defaults), selectors=selectors,
-                     short_flags={**SHORT_FLAGS, **self.short_flags}, prog=self.prog,
-                     description=self.doc.split("\n")[0], presets=presets)
+
+        def load_with(argv: list[str], presets: dict[str, str] | None) -> TrainConfig:
+            return parse(schema, argv, os.path.join(CONFIGS, self.defaults), selectors=selectors,
+                         short_flags={**SHORT_FLAGS, **self.short_flags}, prog=self.prog,
+                         description=self.doc.split("\n")[0], presets=presets)
+
+        if self.action_presets:  # the env decides: a first reading finds it, and its actions choose the preset
+            try:
+                first = load_with([a for a in argv if a not in ("--help", "-h", "--print_config")], presets)
+            except ConfigError:
+                first = None  # the reading below reports it
+            if first is not None and continuous_actions(first):
+                presets = {"actions": "continuous", **(presets or {})}
+        return load_with(argv, presets)
 
     def main(self, argv: list[str] | None = None) -> dict[str, Any]:
         """Train with the config of ``argv`` (the command line's by default); bad input exits 2 in one line."""
         argv = sys.argv[1:] if argv is None else argv
         return exit_on_error(lambda: train(self.load(argv)), debug="--debug" in argv or None)
 
+
+
+def continuous_actions(cfg: TrainConfig) -> bool:
+    """Whether the env of ``cfg`` has a Box action space (False for one that cannot be made: the run reports it)."""
+    import envs
+    from agents.config import options
+
+    try:
+        return envs.spec(cfg.env.name, seed=cfg.run.seed, **options(cfg.env)).action_dim > 0
+    except Exception:  # any failure to make the env is the learner's to report, in its words
+        return False

@@ -1,9 +1,19 @@
-"""``launch/bench.py peers``: DeltaBeast beside sb3-contrib's RecurrentPPO on the same envs, at
-equal environment steps (the optional ``peers`` extra: ``pip install -e '.[peers]'``).
+"""``launch/bench.py peers``: DeltaBeast beside sb3-contrib's RecurrentPPO (and, on Box-action
+envs, Stable-Baselines3's PPO) on the same envs, at equal environment steps (the optional
+``peers`` extra: ``pip install -e '.[peers]'``).
 
     python launch/bench.py peers --env maze --steps 1000000 --seeds 0 1 2
     python launch/bench.py peers --env popgym/RepeatPreviousEasy --steps 1000000 --docs
     python launch/bench.py peers --env gym:Acrobot-v1 --steps 300000
+    python launch/bench.py peers --env gym:HalfCheetah-v5 --steps 1000000          # + SB3 PPO (Box actions)
+    python launch/bench.py peers --env gym:Hopper-v5 --observe velocities          # Ni et al.'s Hopper-V
+
+On a Box-action env the peers run at their documented defaults (the classes' own settings: PPO's
+``MlpPolicy`` with n_steps 2048, batch 64, 10 epochs, lr 3e-4, γ 0.99, GAE λ 0.95, clip 0.2;
+RecurrentPPO's ``MlpLstmPolicy`` with n_steps 128, batch 128, 10 epochs, an LSTM of 256), on one
+env each, as RL Zoo runs MuJoCo; they see the env's raw observations and rewards, as their
+defaults have them (no ``VecNormalize``). ``--observe positions|velocities`` gives all three the
+same -P or -V observations (:mod:`envs.pomdp`), and the env's label gains ``-P`` or ``-V``.
 
 Each seed runs DeltaBeast (the env's launcher config: launch/maze.py, launch/memory.py's for a
 ``<suite>/<env>``, or launch/train.py's for a ``gym:<id>``, plus any ``--flags``) and then
@@ -46,7 +56,8 @@ PPO_SETTINGS = {"n_steps": 128, "batch_size": 128, "n_epochs": 4, "learning_rate
                 "clip_range": 0.2, "ent_coef": 0.0, "vf_coef": 0.5}
 PPO_ENVS = 16
 PPO_LSTM = 128
-ALGOS = ("deltabeast", "recurrent_ppo")
+ALGOS = ("deltabeast", "recurrent_ppo", "ppo")
+BOX_ENVS = 1  # the peers' envs on a Box-action env: their documented single-env defaults
 
 
 def windowed_curve(finished: list[tuple[int, float]], window: int = WINDOW) -> list[tuple[int, float]]:
@@ -80,8 +91,9 @@ def run_deltabeast(env: str, core: str, seed: int, steps: int, flags: list[str],
     return {"curve": curve, "wall_s": wall}
 
 
-def make_single_env(env: str, seed: int, index: int) -> Any:
-    """One copy of ``env`` as a Gymnasium env with flat observations (what RecurrentPPO's MLP takes)."""
+def make_single_env(env: str, seed: int, index: int, observe: str = "all") -> Any:
+    """One copy of ``env`` as a Gymnasium env with flat observations (what the peers' MLPs take),
+    cut to the part ``observe`` keeps (:mod:`envs.pomdp`)."""
     from envs.suites import suite_env
 
     if env == "maze":
@@ -92,7 +104,7 @@ def make_single_env(env: str, seed: int, index: int) -> Any:
         from envs.gym_adapter import make_single
 
         if is_gym(env):
-            single = make_single(env.removeprefix("gym:"), observation="flat")
+            single = make_single(env.removeprefix("gym:"), observation="flat", observe=observe)
         else:
             _, entry = suite_env(env)
             single = make_single(entry.options["id"], observation="flat", wrappers=entry.options.get("wrappers", ()))
@@ -100,10 +112,18 @@ def make_single_env(env: str, seed: int, index: int) -> Any:
     return single
 
 
-def run_recurrent_ppo(env: str, seed: int, steps: int, discount: float) -> dict[str, Any]:
-    """Train sb3-contrib's RecurrentPPO on ``env``; its curve is the windowed mean over its episodes."""
+def env_label(env: str, observe: str) -> str:
+    """The env's name in results: Ni et al.'s ``-P`` or ``-V`` after the id of a partly observed one."""
+    return env if observe == "all" else f"{env}-{observe[0].upper()}"
+
+
+def run_sb3(algo: str, env: str, seed: int, steps: int, discount: float, observe: str = "all") -> dict[str, Any]:
+    """Train Stable-Baselines3's PPO (``algo`` "ppo") or sb3-contrib's RecurrentPPO on ``env``; the
+    curve is the windowed mean over its episodes. Box actions: the class defaults on one env;
+    otherwise the settings of the module docstring (16 envs, DeltaBeast's discount)."""
     try:
         from sb3_contrib import RecurrentPPO
+        from stable_baselines3 import PPO
         from stable_baselines3.common.callbacks import BaseCallback
         from stable_baselines3.common.monitor import Monitor
         from stable_baselines3.common.vec_env import DummyVecEnv
@@ -111,6 +131,7 @@ def run_recurrent_ppo(env: str, seed: int, steps: int, discount: float) -> dict[
         from agents.errors import UsageError
 
         raise UsageError("bench peers needs sb3-contrib: pip install -e '.[peers]'") from None
+    from gymnasium import spaces
 
     finished: list[tuple[int, float]] = []
 
@@ -121,9 +142,19 @@ def run_recurrent_ppo(env: str, seed: int, steps: int, discount: float) -> dict[
                     finished.append((self.num_timesteps, float(info["episode"]["r"])))
             return True
 
-    vec = DummyVecEnv([lambda i=i: Monitor(make_single_env(env, seed, i)) for i in range(PPO_ENVS)])
-    model = RecurrentPPO("MlpLstmPolicy", vec, gamma=discount, seed=seed, verbose=0,
-                         policy_kwargs={"lstm_hidden_size": PPO_LSTM}, **PPO_SETTINGS)
+    probe = make_single_env(env, seed, 0, observe)
+    box = isinstance(probe.action_space, spaces.Box)
+    probe.close()
+    n = BOX_ENVS if box else PPO_ENVS
+    vec = DummyVecEnv([lambda i=i: Monitor(make_single_env(env, seed, i, observe)) for i in range(n)])
+    policy, cls = ("MlpPolicy", PPO) if algo == "ppo" else ("MlpLstmPolicy", RecurrentPPO)
+    if box:
+        settings: dict[str, Any] = {}
+    else:
+        settings = {"gamma": discount, **PPO_SETTINGS}
+        if algo == "recurrent_ppo":
+            settings["policy_kwargs"] = {"lstm_hidden_size": PPO_LSTM}
+    model = cls(policy, vec, seed=seed, verbose=0, **settings)
     start = time.time()
     model.learn(total_timesteps=steps, callback=Episodes())
     wall = time.time() - start
@@ -260,6 +291,19 @@ def write_docs(table_by_doc: dict[str, str]) -> None:
         print(f"wrote the peers table into {doc}", flush=True)
 
 
+def box_actions(env: str, observe: str) -> bool:
+    """Whether ``env`` (not the maze) has a Box action space."""
+    from gymnasium import spaces
+
+    if env == "maze":
+        return False
+    single = make_single_env(env, 0, 0, observe)
+    try:
+        return isinstance(single.action_space, spaces.Box)
+    finally:
+        single.close()
+
+
 def bench_peers(args: argparse.Namespace) -> None:
     """Run DeltaBeast and RecurrentPPO on ``args.env`` for each seed (or only tabulate with --table)."""
     import torch
@@ -268,23 +312,26 @@ def bench_peers(args: argparse.Namespace) -> None:
         from launch import maze, memory, train
 
         args.core = (maze if args.env == "maze" else train if is_gym(args.env) else memory).load([]).core.name
-    discount = trial_config(Trial(args.env, args.core, 0), None, args.flags, args.out).loss.discount
+    flags = [*args.flags, *(["--env.observe", args.observe] if args.observe != "all" else [])]
+    discount = trial_config(Trial(args.env, args.core, 0), None, flags, args.out).loss.discount
+    label = env_label(args.env, args.observe)
+    algos = args.algos or (ALGOS if box_actions(args.env, args.observe) else ALGOS[:2])
     for seed in args.seeds if not args.table else []:
-        run_dir = os.path.join(args.out, args.env.replace("/", "_"), f"run-{args.core}-s{seed}")
-        for algo in args.algos:
+        run_dir = os.path.join(args.out, label.replace("/", "_"), f"run-{args.core}-s{seed}")
+        for algo in algos:
             torch.manual_seed(seed)
             np.random.seed(seed)
             if algo == "deltabeast":
-                result = run_deltabeast(args.env, args.core, seed, args.steps, args.flags, run_dir)
+                result = run_deltabeast(args.env, args.core, seed, args.steps, flags, run_dir)
             else:
-                result = run_recurrent_ppo(args.env, seed, args.steps, discount)
-            result.update(env=args.env, algo=algo, seed=seed, steps=args.steps, core=args.core, flags=args.flags)
-            path = result_path(args.out, args.env, algo, seed, args.core if algo == "deltabeast" else None)
+                result = run_sb3(algo, args.env, seed, args.steps, discount, args.observe)
+            result.update(env=label, algo=algo, seed=seed, steps=args.steps, core=args.core, flags=flags)
+            path = result_path(args.out, label, algo, seed, args.core if algo == "deltabeast" else None)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w") as f:
                 json.dump(result, f)
             last = result["curve"][-1][1] if result["curve"] else math.nan
-            print(f"{args.env} {algo} seed {seed}: final mean return {last:.3f}, {result['wall_s'] / 60:.1f} min",
+            print(f"{label} {algo} seed {seed}: final mean return {last:.3f}, {result['wall_s'] / 60:.1f} min",
                   flush=True)
     results = load_results(args.out)
     print(score_table(results))
@@ -301,12 +348,15 @@ def bench_peers(args: argparse.Namespace) -> None:
 
 
 def add_parser(sub: Any) -> None:
-    peers = sub.add_parser("peers", help="DeltaBeast vs sb3-contrib's RecurrentPPO at equal env steps")
+    peers = sub.add_parser("peers", help="DeltaBeast vs sb3-contrib's RecurrentPPO (and SB3's PPO) at equal env steps")
     peers.add_argument("--env", default="maze", help="maze, <suite>/<env> of a memory suite, or gym:<Gymnasium id>")
     peers.add_argument("--core", default=None, help="DeltaBeast's core (default: its launcher config's)")
     peers.add_argument("--steps", type=int, default=1_000_000, help="env steps per run")
     peers.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    peers.add_argument("--algos", nargs="+", choices=ALGOS, default=list(ALGOS))
+    peers.add_argument("--algos", nargs="+", choices=ALGOS, default=None,
+                       help="default: deltabeast and recurrent_ppo, and ppo on a Box-action env")
+    peers.add_argument("--observe", choices=("all", "positions", "velocities"), default="all",
+                       help="a MuJoCo env's -P or -V POMDP, for every algorithm (envs/pomdp.py)")
     peers.add_argument("--out", default="runs/peers", help="where the runs and their curves go")
     peers.add_argument("--table", action="store_true", help="only tabulate the results under --out")
     peers.add_argument("--docs", action="store_true", help="write the table into the docs' peers sections")

@@ -15,7 +15,8 @@ from __future__ import annotations
 from agents.network import STEM_NETWORKS
 from launch.entry import RLEntry
 
-ENTRY = RLEntry(env="gym", defaults="train.yaml", prog="launch/train.py", doc=__doc__, stems=tuple(STEM_NETWORKS))
+ENTRY = RLEntry(env="gym", defaults="train.yaml", prog="launch/train.py", doc=__doc__, stems=tuple(STEM_NETWORKS),
+                action_presets=True)
 load, main = ENTRY.load, ENTRY.main
 
 if __name__ == "__main__":

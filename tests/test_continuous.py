@@ -339,3 +339,18 @@ def test_the_maze_policy_is_bit_for_bit_what_it_was_before_box_actions():
     assert want.keys() == got.keys()
     for key in want:
         assert torch.equal(got[key], want[key]), key
+
+
+def test_train_py_takes_the_continuous_preset_for_box_actions_only(capsys):
+    """launch/train.py merges train.yaml's presets.actions.continuous when the env's actions are a
+    Box space; flags still override it, and --print_config shows it."""
+    box, discrete = train_launcher.load(["--env.id", "Pendulum-v1"]), train_launcher.load(["--env.id", "CartPole-v1"])
+    assert box.network.normalize_observations and not discrete.network.normalize_observations
+    assert (box.loss.entropy_cost, discrete.loss.entropy_cost) == (0.0, 0.01)
+    flagged = train_launcher.load(["--env.id", "Pendulum-v1", "--network.normalize_observations", "false"])
+    assert not flagged.network.normalize_observations
+    with pytest.raises(SystemExit):
+        train_launcher.load(["--env.id", "Pendulum-v1", "--print_config"])
+    assert "normalize_observations: true" in capsys.readouterr().out
+    # an env that cannot be made is the run's to report, in its words, not the preset's
+    assert not train_launcher.load(["--env.id", "NoSuchEnv-v0"]).network.normalize_observations

@@ -112,7 +112,7 @@ def test_write_docs_replaces_only_the_text_between_the_markers(tmp_path):
 
 def bench_args(tmp_path, algos: list[str], steps: int) -> argparse.Namespace:
     return argparse.Namespace(env="maze", core="lstm", steps=steps, seeds=[0], algos=algos, out=str(tmp_path / "peers"),
-                              plot=None, table=False, docs=False, flags=TINY)
+                              plot=None, table=False, docs=False, flags=TINY, observe="all")
 
 
 def test_a_tiny_deltabeast_run_writes_its_curve_and_the_table(tmp_path, capsys):
@@ -151,8 +151,8 @@ def test_a_gym_id_runs_both_algorithms_with_train_yaml_s_core(tmp_path, capsys):
     flags = ["--actor.num_actors", "1", "--actor.envs_per_actor", "8", "--learner.batch_size", "8",
              "--log.print_every_s", "1000"]
     rollout = peers.PPO_ENVS * peers.PPO_SETTINGS["n_steps"]
-    args = argparse.Namespace(env="gym:CartPole-v1", core=None, steps=rollout, seeds=[0], algos=list(peers.ALGOS),
-                              out=out, plot=None, table=False, docs=False, flags=flags)
+    args = argparse.Namespace(env="gym:CartPole-v1", core=None, steps=rollout, seeds=[0], algos=None,
+                              out=out, plot=None, table=False, docs=False, flags=flags, observe="all")
     peers.bench_peers(args)
     core = train.load([]).core.name
     for algo, run_core in (("deltabeast", core), ("recurrent_ppo", None)):
@@ -163,3 +163,44 @@ def test_a_gym_id_runs_both_algorithms_with_train_yaml_s_core(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert f"| gym:CartPole-v1 | deltabeast ({core}) | 0 |" in printed
     assert "| gym:CartPole-v1 | recurrent_ppo | 0 |" in printed
+    assert "| ppo |" not in printed  # SB3's PPO joins by default on Box actions only
+
+
+def read_csv_observe(out: str) -> str:
+    """The observe option of the DeltaBeast run under ``out`` (its saved config)."""
+    import glob
+
+    import yaml
+
+    (path,) = glob.glob(f"{out}/*/run-lstm-s0/config.yaml")
+    with open(path) as f:
+        return yaml.safe_load(f)["env"]["observe"]
+
+
+def test_a_box_action_pomdp_runs_all_three_on_the_same_observations(tmp_path, capsys, monkeypatch):
+    """``--env gym:InvertedPendulum-v5 --observe positions``: DeltaBeast, SB3's PPO and RecurrentPPO
+    at their single-env defaults, each on the -P observations (2 of the 4), under the label ...-P."""
+    pytest.importorskip("sb3_contrib")
+    pytest.importorskip("mujoco")
+    out = str(tmp_path / "peers")
+    flags = ["--actor.num_actors", "1", "--actor.envs_per_actor", "8", "--learner.batch_size", "8",
+             "--core", "lstm", "--core.hidden_size", "8", "--log.print_every_s", "1000"]
+    seen, real = [], peers.make_single_env
+
+    def make_single_env(env, seed, index, observe="all"):
+        seen.append(observe)
+        return real(env, seed, index, observe)
+
+    monkeypatch.setattr(peers, "make_single_env", make_single_env)
+    peers.bench_peers(argparse.Namespace(env="gym:InvertedPendulum-v5", core="lstm", steps=2048, seeds=[0],
+                                         algos=None, out=out, plot=None, table=False, docs=False, flags=flags,
+                                         observe="positions"))
+    label = "gym:InvertedPendulum-v5-P"
+    for algo, core in (("deltabeast", "lstm"), ("ppo", None), ("recurrent_ppo", None)):
+        with open(peers.result_path(out, label, algo, 0, core)) as f:
+            saved = json.load(f)
+        assert saved["env"] == label and saved["curve"] and all(1 <= v <= 1000 for _, v in saved["curve"])
+    assert set(seen) == {"positions"}  # the peers' envs (DeltaBeast's own come through --env.observe)
+    assert read_csv_observe(out) == "positions"
+    printed = capsys.readouterr().out
+    assert f"| {label} | ppo | 0 |" in printed and f"| {label} | recurrent_ppo | 0 |" in printed
