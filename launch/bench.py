@@ -509,16 +509,20 @@ def bench_training(args: argparse.Namespace) -> None:
         obs = torch.from_numpy(probe.reset())
         env_ms = 1000.0 / _raw_rate(cfg.env.name, one_thread, 1, a.envs_per_actor, args.seconds)  # on one core
         learn_threads = cfg.run.num_threads or torch.get_num_threads()
-        model = build_model(cfg, tuple(probe.observation_shape), envs.action_sizes(probe))
+        model = build_model(cfg, tuple(probe.observation_shape), envs.action_sizes(probe),
+                            action_dim=getattr(probe, "action_dim", 0))
         E, T, N = a.envs_per_actor, a.unroll_length, cfg.learner.batch_size
+        actions = model.action_space
         torch.set_num_threads(1)
         state, zeros = model.initial_state(E), torch.zeros(E)
-        act = lambda: model.act(obs, zeros, zeros.long(), zeros.bool(), state)  # noqa: E731
+        no_action = torch.zeros((E, *actions.action_shape), dtype=actions.action_dtype)
+        act = lambda: model.act(obs, zeros, no_action, zeros.bool(), state)  # noqa: E731
         act_ms = _median_ms(act, args.reps * 10) / E
         torch.set_num_threads(learn_threads)
         big = obs[torch.randint(0, E, (T + 1, N))]
         batch = {"obs": big, "reward": torch.randn(T + 1, N).sign(), "done": torch.rand(T + 1, N) < 0.01,
-                 "action": torch.randint(0, model.action_space.num_actions, (T + 1, N)),
+                 "action": (torch.randn(T + 1, N, *actions.action_shape) if actions.continuous
+                            else torch.randint(0, actions.num_actions, (T + 1, N))),
                  "final_value": torch.zeros(T + 1, N),
                  "logits": torch.randn(T + 1, N, model.num_logits),
                  **{f"state_{i}": s.expand(N, *s.shape[1:]).clone() for i, s in enumerate(model.initial_state(1))}}
