@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 import signal
-import subprocess
 import sys
 
 import gymnasium
@@ -30,7 +29,7 @@ from agents.network import AgentNet, MLPNetworkConfig
 from agents.normalization import RunningNorm, discounted_returns
 from launch import evaluate
 from launch import train as train_launcher
-from tests.test_maze_training import wait_for_run
+from tests.test_maze_training import start_run
 from tests.test_vtrace import vtrace_numpy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -250,11 +249,7 @@ def test_the_observation_statistics_survive_a_kill_and_resume_exactly(tmp_path):
     run_dir = str(tmp_path / "killed")
     argv = [sys.executable, TRAIN, *TINY, "--run_dir", run_dir, "--total_steps", "10000000",
             "--checkpoint.milestones", "[256]"]
-    stderr = str(tmp_path / "stderr.txt")
-    with open(stderr, "w") as err:
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-    csv_path = os.path.join(run_dir, "logs.csv")
-    wait_for_run(proc, lambda: os.path.exists(csv_path) and len(read_csv(csv_path)) >= 6, stderr)
+    proc = start_run(argv, run_dir, tmp_path, rows=6)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     saved = read_checkpoint(checkpoints(run_dir)[0])

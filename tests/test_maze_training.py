@@ -151,6 +151,17 @@ def wait_for_run(proc: subprocess.Popen, condition, stderr_path: str, timeout: f
         time.sleep(0.1)
 
 
+def start_run(argv: list[str], run_dir: str, tmp_path, *, rows: int) -> subprocess.Popen:
+    """Start the training command ``argv`` in a session of its own, and wait until its log in
+    ``run_dir`` has ``rows`` rows (:func:`wait_for_run`)."""
+    stderr = str(tmp_path / "stderr.txt")
+    with open(stderr, "w") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    csv_path = os.path.join(run_dir, "logs.csv")
+    wait_for_run(proc, lambda: os.path.exists(csv_path) and len(read_csv(csv_path)) >= rows, stderr)
+    return proc
+
+
 def _group_members(pgid: int) -> list[int]:
     members = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -195,11 +206,7 @@ def test_sigkill_leaves_no_orphans_and_the_same_command_resumes(tmp_path):
     run_dir = str(tmp_path / "sigkill")
     argv = [sys.executable, MAZE, "--core", "delta", "--run_dir", run_dir, "--total_steps", "10000000",
             *tiny_flags("delta"), "--checkpoint.milestones", "[320]", *SMALL]
-    stderr = str(tmp_path / "stderr.txt")
-    with open(stderr, "w") as err:
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-    csv_path = os.path.join(run_dir, "logs.csv")
-    wait_for_run(proc, lambda: os.path.exists(csv_path) and len(read_csv(csv_path)) >= 3, stderr)
+    proc = start_run(argv, run_dir, tmp_path, rows=3)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     deadline = time.time() + 15
