@@ -19,7 +19,8 @@ def write(tmp_path, text, name="cfg.yaml"):
 def test_precedence_defaults_presets_config_file_flags(tmp_path):
     cfg = maze.load([])
     assert cfg.core.name == "lstm" and cfg.core.hidden_size == 64  # maze.yaml's lstm preset over fastnet's 256
-    assert cfg.optim.lr == 5e-3 and cfg.actor.unroll_length == 4  # ... and over maze.yaml's own sections
+    assert cfg.optim.lr == 5e-3 and cfg.actor.unroll_length == 10  # ... and over maze.yaml's own sections
+    assert cfg.learner.batch_size == 32 and cfg.actor.envs_per_actor == 32
     assert cfg.run.total_steps == 20_000_000 and maze.load(["--core", "delta"]).optim.lr == 3e-3  # maze.yaml
     delta = maze.load(["--core", "delta"])
     assert (delta.core.name, delta.core.hidden_size, delta.core.feature_map) == ("delta", 64, "elu")
@@ -270,7 +271,7 @@ def _bad_inputs(tmp):
         (maze, ["--network.prev_action", "maybe"], "--network.prev_action: expected true or false"),
         (maze, ["--core", "delta", "--core.feature_map", "relu"], "--core.feature_map: expected one of 'elu'"),
         (maze, ["--learner.batch_size", "100"], "learner.batch_size: 100 must be a multiple of actor.envs_per_actor"),
-        (maze, ["--learner.minibatches", "256"], "learner.minibatches: 256 must be at most learner.batch_size (64)"),
+        (maze, ["--learner.minibatches", "256"], "learner.minibatches: 256 must be at most learner.batch_size (32)"),
         (maze, ["--loss.advantages", "gae"], "loss.advantages: gae needs loss.clip"),
         (maze, ["--env.size", "4"], "env: size must be an odd int >= 5"),
         (train, ["--env.id", "NoSuchEnv-v0"], "env: env 'NoSuchEnv-v0' cannot be made: Environment `NoSuchEnv`"),
