@@ -25,6 +25,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from agents.actions import CategoricalActions
 from envs.maze_reference import PyMaze
 from fastnet import CORES, make_core
 from launch import peers
@@ -286,9 +287,14 @@ class UniformPolicy(torch.nn.Module):
     def __init__(self, num_actions: int):
         super().__init__()
         self.num_actions = self.num_logits = num_actions  # one Discrete space: a logit per action
+        self.action_space = CategoricalActions((num_actions,))
+        self.return_stats = None  # no reward scaling
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> tuple:
         return ()
+
+    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        return actions
 
     def act(self, obs: torch.Tensor, prev_reward: torch.Tensor, prev_action: torch.Tensor, done: torch.Tensor,
             state: tuple, sample: bool = True, generator: torch.Generator | None = None) -> tuple:
