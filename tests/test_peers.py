@@ -184,6 +184,7 @@ def test_a_box_action_pomdp_runs_all_three_on_the_same_observations(tmp_path, ca
     pytest.importorskip("mujoco")
     out = str(tmp_path / "peers")
     flags = ["--actor.num_actors", "1", "--actor.envs_per_actor", "8", "--learner.batch_size", "8",
+             "--learner.minibatches", "2", "--learner.epochs", "1", "--actor.unroll_length", "16",
              "--core", "lstm", "--core.hidden_size", "8", "--log.print_every_s", "1000"]
     seen, real = [], peers.make_single_env
 
