@@ -2,7 +2,7 @@
 agents/normalization.py): log-probs and entropies against float64 hand formulas, the env's
 clipped action beside the stored draw, the losses on a continuous batch against a float64 loop,
 the running statistics against numpy and through a kill and resume, tiny runs in actor mode,
-server mode and on Ray that checkpoint, resume and evaluate, and the one-line refusals of the
+server mode (and on Ray: tests/test_ray.py) that checkpoint, resume and evaluate, and the one-line refusals of the
 spaces that have no policy. The maze's policy is checked bit for bit against outputs saved with
 the code before Box actions (tests/data/maze_policy_reference.pt, :func:`maze_policy_outputs`)."""
 from __future__ import annotations
@@ -226,21 +226,6 @@ def test_a_box_action_run_checkpoints_resumes_and_evaluates(mode, squash, tmp_pa
     evaluate.main([run_dir, "--runs", "2", "--episodes", "2", "--workers", "1", "--out", out])
     table = open(os.path.join(out, "evaluation.md")).read()
     assert "Pendulum-v1" in table
-
-
-def test_a_box_action_run_on_ray(tmp_path):
-    pytest.importorskip("ray")
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    try:
-        run_dir = str(tmp_path / "ray")
-        result = train_launcher.main([*TINY, "--run_dir", run_dir, "--actor.backend", "ray", "--total_steps", "640"])
-    finally:
-        ray.shutdown()
-    assert result["step"] == 640
-    batch_norm = read_checkpoint(checkpoints(run_dir)[0])["model"]
-    assert batch_norm["return_stats.count"] > 600 and batch_norm["return_stats.var"] > 0
 
 
 def test_the_observation_statistics_survive_a_kill_and_resume_exactly(tmp_path):

@@ -13,6 +13,7 @@ import torch
 from agents.acting.ray_backend import RayTransport
 from agents.acting.transport import ActorConfig, RayConfig
 from agents.errors import ActorError, ConfigError
+from agents.learning.checkpoint import checkpoints, read_checkpoint
 from agents.learning.learner import train
 from agents.learning.logger import read_csv
 from agents.run_config import build_model
@@ -227,3 +228,15 @@ def test_ray_hosts_act_in_a_multidiscrete_space(local_ray):
     with transport:
         batch = transport.get_batch()
     assert batch["logits"].shape[-1] == 8 and 0 <= batch["action"].min() and batch["action"].max() < 16
+
+
+def test_a_box_action_run_on_ray(local_ray, tmp_path):
+    """Float actions through the hosts: a tiny Pendulum run whose reward scaling reads the returns they record."""
+    from launch import train as train_launcher
+    from tests.test_continuous import TINY
+
+    run_dir = str(tmp_path / "ray")
+    result = train_launcher.main([*TINY, "--run_dir", run_dir, "--actor.backend", "ray", "--total_steps", "640"])
+    assert result["step"] == 640
+    model = read_checkpoint(checkpoints(run_dir)[0])["model"]
+    assert model["return_stats.count"] > 600 and model["return_stats.var"] > 0 and model["log_std"].shape == (1,)
