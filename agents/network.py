@@ -20,7 +20,7 @@ import torch
 from jsonargparse.typing import NonNegativeFloat, PositiveFloat
 from torch import Tensor, nn
 
-from agents.actions import Actions, CategoricalActions
+from agents.actions import Actions, CategoricalActions, GaussianActions
 from agents.errors import NonFinitePolicyError
 from agents.nature_cnn import NatureStem, ShallowStem
 from agents.normalization import RunningNorm
@@ -174,7 +174,7 @@ class AgentNet(nn.Module):
         network = network or MLPNetworkConfig()
         if isinstance(actions, int):
             actions = CategoricalActions((actions,))
-        elif not hasattr(actions, "log_prob"):
+        elif not isinstance(actions, (CategoricalActions, GaussianActions)):
             actions = CategoricalActions(tuple(actions))
         self.action_space = actions
         self.num_logits = actions.num_logits

@@ -66,14 +66,10 @@ def spec(name: str, seed: int = 0, **cfg: Any) -> EnvSpec:
     errors of :func:`make`)."""
     env = make(name, num_envs=1, seed=seed, **cfg)
     try:
-        return spec_of(env)
+        return EnvSpec(tuple(env.observation_shape), env.reset().dtype, action_sizes(env),
+                       getattr(env, "action_dim", 0))
     finally:
         env.close()
-
-
-def spec_of(env: Any) -> EnvSpec:
-    """The :class:`EnvSpec` of a made env (it is reset once, for the observations' dtype)."""
-    return EnvSpec(tuple(env.observation_shape), env.reset().dtype, action_sizes(env), getattr(env, "action_dim", 0))
 
 
 def action_sizes(env: Any) -> tuple[int, ...]:

@@ -71,7 +71,6 @@ class RLEntry:
         return exit_on_error(lambda: train(self.load(argv)), debug="--debug" in argv or None)
 
 
-
 def continuous_actions(cfg: TrainConfig) -> bool:
     """Whether the env of ``cfg`` has a Box action space (False for one that cannot be made: the run reports it)."""
     import envs

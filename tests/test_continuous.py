@@ -334,3 +334,27 @@ def test_train_py_takes_the_continuous_preset_for_box_actions_only(capsys):
     assert "normalize_observations: true" in capsys.readouterr().out
     # an env that cannot be made is the run's to report, in its words, not the preset's
     assert not train_launcher.load(["--env.id", "NoSuchEnv-v0"]).network.normalize_observations
+
+
+@pytest.mark.parametrize("splits", [1, 2])
+def test_the_servers_batches_record_each_envs_discounted_return(splits):
+    """Server mode's ``discounted_return``: along each trajectory G_t = r_t + γ G_{t−1} (1 − done_{t−1}),
+    over several batches (so across unroll boundaries and with units taking turns)."""
+    from agents.acting.inference import InferenceServer
+    from agents.acting.transport import ActorConfig, EnvSetup, ServerConfig
+
+    options = {"id": "Pendulum-v1", "max_episode_steps": 7}
+    setup = EnvSetup("gym", options, [3, 4], (3,), torch.float32)
+    actor = ActorConfig(num_actors=2, envs_per_actor=4, unroll_length=5, server=ServerConfig(worker_splits=splits))
+    model = AgentNet((3,), GaussianActions(1), "lstm", {"hidden_size": 8}, network=MLPNetworkConfig(hidden_sizes=[8]),
+                     return_discount=0.5)
+    checked = 0
+    with InferenceServer(model, envs=setup, actor=actor, batch_size=4, device=torch.device("cpu")) as server:
+        for _ in range(6):
+            batch = server.get_batch()
+            g, r, d = batch["discounted_return"], batch["reward"], batch["done"]
+            for t in range(1, g.shape[0]):
+                torch.testing.assert_close(g[t], r[t] + 0.5 * g[t - 1] * (~d[t - 1]).float())
+                checked += 1
+            assert (g != 0).any()
+    assert checked == 6 * 5

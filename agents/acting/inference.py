@@ -178,7 +178,6 @@ class InferenceServer(Transport):
         # reward scaling: each env's discounted return so far, and whether its last step began an episode
         self.return_discount = policy.return_discount if getattr(policy, "return_stats", None) is not None else None
         self.discounted_return, self.prev_done = torch.zeros(num_envs), torch.zeros(num_envs, dtype=torch.bool)
-        self.returns_counted: set[int] = set()  # units whose step in the slots is in discounted_return (the loop's)
         self.prev_logits = torch.zeros((num_envs, policy.num_logits))
         self.version = 0  # weights published so far
         self.prev_version = torch.zeros(num_envs, dtype=torch.int64)  # the version that chose each env's last action
@@ -316,6 +315,8 @@ class InferenceServer(Transport):
                 break
             if i != WAKE:
                 units.append(i)
+                if self.return_discount is not None:  # each step comes through here once (a stalled unit does not)
+                    self._add_return(i)
                 deadline = deadline or time.monotonic() + self.max_wait_s
         return units
 
@@ -347,15 +348,6 @@ class InferenceServer(Transport):
                 starts.append((u, b, g))
                 self.step_in_unroll[u] = 1
             acting.append(u)
-
-        if self.return_discount is not None:  # before the rows are written: each row records its env's return
-            for u in {row[0] for row in rows} - self.returns_counted:  # a stalled unit's step is counted once
-                self.returns_counted.add(u)
-                envs_of_u = slice(u * E, (u + 1) * E)
-                self.discounted_return[envs_of_u] = discounted_returns(
-                    self.discounted_return[envs_of_u], self.slots["reward"][u], self.prev_done[envs_of_u],
-                    self.return_discount)
-                self.prev_done[envs_of_u] = self.slots["done"][u]
 
         # Each step goes from its units' slots straight into its batch's groups (host memory; slices,
         # no index tensors), one copy per key for each run of consecutive units in consecutive
@@ -396,7 +388,6 @@ class InferenceServer(Transport):
             self.prev_version[envs_] = version
             env_action = self.policy.env_actions(action)  # the stored action is the draw; the env gets its clip
             self.slots["action"][units] = env_action.view(len(acting), E, *env_action.shape[1:])  # unit u owns row u
-            self.returns_counted.difference_update(acting)  # their next step is a new one
             for u in acting:
                 self.acted[u // self.splits].put(u % self.splits)
             self.served[0] += 1
@@ -406,6 +397,13 @@ class InferenceServer(Transport):
             if self.groups_written[b] == self.groups_per_batch:
                 self.groups_written[b] = 0
                 self.full.put((b, self._event()))
+
+    def _add_return(self, u: int) -> None:
+        """Move the discounted return of unit ``u``'s envs past the step now in its slots (reward scaling)."""
+        envs_of_u = slice(u * self.envs_per_unit, (u + 1) * self.envs_per_unit)
+        self.discounted_return[envs_of_u] = discounted_returns(
+            self.discounted_return[envs_of_u], self.slots["reward"][u], self.prev_done[envs_of_u], self.return_discount)
+        self.prev_done[envs_of_u] = self.slots["done"][u]
 
     def _final_values(self, units: list[int]) -> None:
         """Fill the slots' ``final_value`` where a time limit cut an episode of ``units``: the
