@@ -45,13 +45,51 @@ class FeedForwardCore(nn.Module):
         return x, state, {}
 
 
-class LSTMCore(nn.Module):
-    """``lstm``: an LSTM (one layer of 256 units by default, as on Atari).
+class TorchRNNCore(nn.Module):
+    """A torch RNN (``rnn_type``: nn.LSTM or nn.GRU), stored as the attribute ``attribute``.
 
-    State: (h, c), each [B, num_layers, hidden], then the clock [B,1] with ``position_features``
-    (as in :class:`BlockStack`). The sequence is cut where any batch element resets, and each span
-    runs as one ``nn.LSTM`` call.
+    State: the RNN's hidden tensors (LSTM: h, c; GRU: h), each [B, num_layers, hidden], then the
+    clock [B,1] with ``position_features`` (as in :class:`BlockStack`). The sequence is cut where
+    any batch element resets, and each span runs as one call of the RNN.
     """
+
+    rnn_type: type[nn.RNNBase]
+    attribute: str
+    num_hidden_tensors: int
+
+    def __init__(self, input_size: int, config):
+        super().__init__()
+        check_position_features(config.position_features)
+        self.config, self.output_size = config, config.hidden_size
+        setattr(self, self.attribute, self.rnn_type(input_size + config.position_features, config.hidden_size,
+                                                    config.num_layers))
+
+    @property
+    def rnn(self) -> nn.RNNBase:
+        return getattr(self, self.attribute)
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
+        shape = (self.config.num_layers, self.config.hidden_size)
+        clock = [(1,)] if self.config.position_features else []
+        return zeros_state([shape] * self.num_hidden_tensors + clock, batch_size, device, self.rnn.weight_ih_l0.dtype)
+
+    def forward(self, x: Tensor, state: State, done: Tensor) -> tuple[Tensor, State, dict]:
+        clock: tuple[Tensor, ...] = ()
+        if self.config.position_features:
+            x, last = append_clock(x, state[-1], done, self.config.position_features)
+            state, clock = state[:-1], (last,)
+        cuts = [0] + [t for t in range(1, x.shape[0]) if done[t].any()] + [x.shape[0]]
+        outputs = []
+        for start, end in zip(cuts[:-1], cuts[1:]):
+            hidden = tuple(s.transpose(0, 1).contiguous() for s in reset_state(state, done[start]))
+            y, hidden = self.rnn(x[start:end], hidden if len(hidden) > 1 else hidden[0])
+            state = tuple(s.transpose(0, 1) for s in (hidden if isinstance(hidden, tuple) else (hidden,)))
+            outputs.append(y)
+        return torch.cat(outputs), (*state, *clock), {}
+
+
+class LSTMCore(TorchRNNCore):
+    """``lstm``: an LSTM (one layer of 256 units by default, as on Atari); state (h, c)."""
 
     @dataclass
     class Config:
@@ -62,30 +100,23 @@ class LSTMCore(nn.Module):
         position_features: int = 0
         """Sinusoidal features of the steps since the episode start, appended to the input (even; 0: none)."""
 
-    def __init__(self, input_size: int, config: Config):
-        super().__init__()
-        check_position_features(config.position_features)
-        self.config, self.output_size = config, config.hidden_size
-        self.lstm = nn.LSTM(input_size + config.position_features, config.hidden_size, config.num_layers)
+    rnn_type, attribute, num_hidden_tensors = nn.LSTM, "lstm", 2
 
-    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
-        shape = (self.config.num_layers, self.config.hidden_size)
-        clock = [(1,)] if self.config.position_features else []
-        return zeros_state([shape, shape, *clock], batch_size, device, self.lstm.weight_ih_l0.dtype)
 
-    def forward(self, x: Tensor, state: State, done: Tensor) -> tuple[Tensor, State, dict]:
-        clock: tuple[Tensor, ...] = ()
-        if self.config.position_features:
-            x, last = append_clock(x, state[2], done, self.config.position_features)
-            state, clock = state[:2], (last,)
-        cuts = [0] + [t for t in range(1, x.shape[0]) if done[t].any()] + [x.shape[0]]
-        outputs = []
-        for start, end in zip(cuts[:-1], cuts[1:]):
-            h, c = reset_state(state, done[start])
-            y, (h, c) = self.lstm(x[start:end], (h.transpose(0, 1).contiguous(), c.transpose(0, 1).contiguous()))
-            state = (h.transpose(0, 1), c.transpose(0, 1))
-            outputs.append(y)
-        return torch.cat(outputs), (*state, *clock), {}
+class GRUCore(TorchRNNCore):
+    """``gru``: a GRU (Cho et al. 2014), POPGym's strongest memory model under PPO (Morad et al.,
+    ICLR 2023); one layer of 256 units by default, as ``lstm``; state h."""
+
+    @dataclass
+    class Config:
+        hidden_size: int = 256
+        """GRU units per layer."""
+        num_layers: int = 1
+        """Stacked GRU layers."""
+        position_features: int = 0
+        """Sinusoidal features of the steps since the episode start, appended to the input (even; 0: none)."""
+
+    rnn_type, attribute, num_hidden_tensors = nn.GRU, "gru", 1
 
 
 @dataclass

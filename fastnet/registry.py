@@ -28,6 +28,8 @@ from fastnet.options import check_choice, check_options
 CORES: dict[str, str] = {
     "ff": "fastnet.cores:FeedForwardCore",
     "lstm": "fastnet.cores:LSTMCore",
+    "gru": "fastnet.cores:GRUCore",
+    "lru": "fastnet.lru:LRUCore",
     "linear": "fastnet.cores:LinearTransformerCore",
     "delta": "fastnet.cores:DeltaNetCore",
     "rec_delta": "fastnet.cores:RecurrentDeltaNetCore",

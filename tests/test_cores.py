@@ -11,6 +11,8 @@ SMALL = dict(hidden_size=16, num_layers=2, num_heads=2, head_dim=4, ff_size=24)
 CONFIGS = {
     "ff": {},
     "lstm": dict(hidden_size=12),
+    "gru": dict(hidden_size=12),
+    "lru": dict(SMALL, num_states=6),
     "linear": SMALL,
     "delta": SMALL,
     "rec_delta": SMALL,
@@ -29,6 +31,8 @@ CONFIGS = {
     "delta_product:clock": dict(SMALL, position_features=6),
     "srwm:clock": dict(SMALL, position_features=4),
     "lstm:clock": dict(hidden_size=12, position_features=4),
+    "gru:2_layers_clock": dict(hidden_size=12, num_layers=2, position_features=4),
+    "lru:clock": dict(SMALL, num_states=6, position_features=4),
 }
 
 

@@ -31,7 +31,7 @@ MAZE = os.path.join(ROOT, "launch", "maze.py")
 SMALL = ["--num_actors", "2", "--actor.envs_per_actor", "8", "--actor.unroll_length", "10",
          "--learner.batch_size", "16", "--env.episode_length", "20", "--log.tensorboard", "false"]
 TINY = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "head_dim": 8, "ff_size": 32,
-        "controller_size": 16, "memory_size": 16, "memory_layers": 2, "output_size": 16}
+        "controller_size": 16, "memory_size": 16, "memory_layers": 2, "output_size": 16, "num_states": 8}
 
 
 def tiny_flags(core: str) -> list[str]:

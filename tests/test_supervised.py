@@ -20,7 +20,8 @@ torch.set_num_threads(1)
 
 BLOCK = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "head_dim": 8, "ff_size": 16}
 TINY_CORES = {
-    "ff": {}, "lstm": {"hidden_size": 16}, "linear": BLOCK, "delta": BLOCK, "rec_delta": BLOCK,
+    "ff": {}, "lstm": {"hidden_size": 16}, "gru": {"hidden_size": 16}, "lru": {**BLOCK, "num_states": 8},
+    "linear": BLOCK, "delta": BLOCK, "rec_delta": BLOCK,
     "delta_rnn": BLOCK, "delta_lstm": BLOCK, "gated_delta": BLOCK, "delta_product": BLOCK, "srwm": BLOCK,
     "mnm_g": {"controller_size": 16, "memory_size": 8, "num_heads": 1, "memory_layers": 2, "output_size": 16},
     "mnm_p": {"controller_size": 16, "memory_size": 8, "num_heads": 1, "memory_layers": 2, "output_size": 16},
