@@ -59,10 +59,12 @@ def test_schedule_warms_up_then_decays_linearly():
     assert lrs == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0.0])
 
 
-def test_a_resume_with_a_longer_budget_steps_at_the_stretched_schedules_lr(tmp_path):
+@pytest.mark.parametrize("name,step", [("adam", "fused"), ("rmsprop", "foreach")])
+def test_a_resume_with_a_longer_budget_steps_at_the_stretched_schedules_lr(name, step, tmp_path):
     """The issue-44 case: a run that decayed its lr to 0 over 10 updates, resumed with a budget of
-    20, takes its next step at lr x (1 - 10/20), logs that lr, and moves its weights."""
-    cfg = OptimConfig(name="adam", lr=0.1, lr_decay=True)
+    20, takes its next step at lr x (1 - 10/20), logs that lr, and moves its weights; and with the
+    optimiser step of a fresh run (Adam fused, RMSProp foreach), whatever the checkpoint held."""
+    cfg = OptimConfig(name=name, lr=0.1, lr_decay=True)
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 1)
     first = Trainer(model, cfg, total_updates=10, run_dir=str(tmp_path), config=cfg)
@@ -72,11 +74,11 @@ def test_a_resume_with_a_longer_budget_steps_at_the_stretched_schedules_lr(tmp_p
 
     logged = [first.update(loss)["lr"] for _ in range(10)]
     assert logged == pytest.approx([0.1 * (1 - u / 10) for u in range(10)])
-    first.optimizer.param_groups[0]["foreach"] = None  # as a checkpoint of an older version holds it
+    first.optimizer.param_groups[0].update(foreach=None, fused=None)  # as a checkpoint of an older version holds it
     first.save({"step": 10})
     resumed = Trainer(model, cfg, total_updates=20, run_dir=str(tmp_path), config=cfg)
     assert resumed.resume(torch.device("cpu")) is not None
-    assert resumed.optimizer.param_groups[0]["foreach"] is True  # the multi-tensor step, as in a fresh run
+    assert resumed.optimizer.param_groups[0][step] is True
     before = [p.detach().clone() for p in model.parameters()]
     assert resumed.update(loss)["lr"] == pytest.approx(0.05)
     assert not any(torch.equal(a, b) for a, b in zip(before, model.parameters()))
