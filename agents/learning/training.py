@@ -186,7 +186,8 @@ class Trainer:
             schedule, update = self.scheduler.lr_lambdas[0], self.scheduler.last_epoch
             for group, base_lr in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
                 group["lr"] = base_lr * schedule(update)
-                for key in {"foreach", "fused"} & self.optimizer.defaults.keys():  # build_optimizer's, not a checkpoint's
+                # the step kind (foreach, fused) of build_optimizer, not the checkpoint's
+                for key in {"foreach", "fused"} & self.optimizer.defaults.keys():
                     group[key] = self.optimizer.defaults[key]
             print(f"resuming from {path} at step {self.saved_step:,}", flush=True)
         try:
