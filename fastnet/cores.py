@@ -78,6 +78,8 @@ class TorchRNNCore(nn.Module):
         if self.config.position_features:
             x, last = append_clock(x, state[-1], done, self.config.position_features)
             state, clock = state[:-1], (last,)
+        if x.shape[0] == 1:  # one step (the actors'): the cell, without nn.LSTM's or nn.GRU's per-call set-up
+            return self._step(x[0], reset_state(state, done[0]), clock)
         cuts = [0] + [t for t in range(1, x.shape[0]) if done[t].any()] + [x.shape[0]]
         outputs = []
         for start, end in zip(cuts[:-1], cuts[1:]):
@@ -86,6 +88,19 @@ class TorchRNNCore(nn.Module):
             state = tuple(s.transpose(0, 1) for s in (hidden if isinstance(hidden, tuple) else (hidden,)))
             outputs.append(y)
         return torch.cat(outputs), (*state, *clock), {}
+
+    def _step(self, x: Tensor, state: State, clock: tuple[Tensor, ...]) -> tuple[Tensor, State, dict]:
+        """One step of x [B, D] through the layers' cells (``torch.lstm_cell``/``gru_cell``, the
+        ops nn.LSTM and nn.GRU run per step), from ``state`` (already reset)."""
+        rnn, new = self.rnn, []
+        for layer in range(self.config.num_layers):
+            hidden = tuple(s[:, layer] for s in state)
+            weights = [getattr(rnn, f"{name}_l{layer}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+            out = self.cell(x, hidden if len(hidden) > 1 else hidden[0], *weights)
+            out = out if isinstance(out, tuple) else (out,)
+            new.append(out)
+            x = out[0]
+        return x[None], (*(torch.stack(parts, 1) for parts in zip(*new)), *clock), {}
 
 
 class LSTMCore(TorchRNNCore):
@@ -100,7 +115,7 @@ class LSTMCore(TorchRNNCore):
         position_features: int = 0
         """Sinusoidal features of the steps since the episode start, appended to the input (even; 0: none)."""
 
-    rnn_type, attribute, num_hidden_tensors = nn.LSTM, "lstm", 2
+    rnn_type, attribute, num_hidden_tensors, cell = nn.LSTM, "lstm", 2, staticmethod(torch.lstm_cell)
 
 
 class GRUCore(TorchRNNCore):
@@ -116,7 +131,7 @@ class GRUCore(TorchRNNCore):
         position_features: int = 0
         """Sinusoidal features of the steps since the episode start, appended to the input (even; 0: none)."""
 
-    rnn_type, attribute, num_hidden_tensors = nn.GRU, "gru", 1
+    rnn_type, attribute, num_hidden_tensors, cell = nn.GRU, "gru", 1, staticmethod(torch.gru_cell)
 
 
 @dataclass

@@ -314,11 +314,17 @@ def maze_policy_outputs() -> dict[str, torch.Tensor]:
 
 
 def test_the_maze_policy_is_bit_for_bit_what_it_was_before_box_actions():
+    """The learner's outputs bit for bit; the actors' step within float32's rounding and the same
+    sampled actions: since issue 75 a one-step call runs torch.lstm_cell, not nn.LSTM's oneDNN
+    call (1.6x faster per actor step), whose sums round differently."""
     want = torch.load(os.path.join(ROOT, "tests", "data", "maze_policy_reference.pt"), weights_only=True)
     got = maze_policy_outputs()
     assert want.keys() == got.keys()
     for key in want:
-        assert torch.equal(got[key], want[key]), key
+        if key == "act_logits":
+            torch.testing.assert_close(got[key], want[key], rtol=1e-6, atol=1e-7)
+        else:
+            assert torch.equal(got[key], want[key]), key
 
 
 def test_train_py_takes_the_continuous_preset_for_box_actions_only(capsys):
