@@ -45,6 +45,18 @@ class FeedForwardCore(nn.Module):
         return x, state, {}
 
 
+@dataclass
+class RNNConfig:
+    """Options of ``lstm`` and ``gru``."""
+
+    hidden_size: int = 256
+    """Units per layer (the LSTM's or the GRU's)."""
+    num_layers: int = 1
+    """Stacked layers."""
+    position_features: int = 0
+    """Sinusoidal features of the steps since the episode start, appended to the input (even; 0: none)."""
+
+
 class TorchRNNCore(nn.Module):
     """A torch RNN (``rnn_type``: nn.LSTM or nn.GRU), stored as the attribute ``attribute``.
 
@@ -57,7 +69,7 @@ class TorchRNNCore(nn.Module):
     attribute: str
     num_hidden_tensors: int
 
-    def __init__(self, input_size: int, config):
+    def __init__(self, input_size: int, config: RNNConfig):
         super().__init__()
         check_position_features(config.position_features)
         self.config, self.output_size = config, config.hidden_size
@@ -106,15 +118,7 @@ class TorchRNNCore(nn.Module):
 class LSTMCore(TorchRNNCore):
     """``lstm``: an LSTM (one layer of 256 units by default, as on Atari); state (h, c)."""
 
-    @dataclass
-    class Config:
-        hidden_size: int = 256
-        """LSTM units per layer."""
-        num_layers: int = 1
-        """Stacked LSTM layers."""
-        position_features: int = 0
-        """Sinusoidal features of the steps since the episode start, appended to the input (even; 0: none)."""
-
+    Config = RNNConfig
     rnn_type, attribute, num_hidden_tensors, cell = nn.LSTM, "lstm", 2, staticmethod(torch.lstm_cell)
 
 
@@ -122,15 +126,7 @@ class GRUCore(TorchRNNCore):
     """``gru``: a GRU (Cho et al. 2014), POPGym's strongest memory model under PPO (Morad et al.,
     ICLR 2023); one layer of 256 units by default, as ``lstm``; state h."""
 
-    @dataclass
-    class Config:
-        hidden_size: int = 256
-        """GRU units per layer."""
-        num_layers: int = 1
-        """Stacked GRU layers."""
-        position_features: int = 0
-        """Sinusoidal features of the steps since the episode start, appended to the input (even; 0: none)."""
-
+    Config = RNNConfig
     rnn_type, attribute, num_hidden_tensors, cell = nn.GRU, "gru", 1, staticmethod(torch.gru_cell)
 
 

@@ -87,7 +87,8 @@ def test_print_config_prints_the_resolved_yaml_that_loads_back(tmp_path, capsys)
 
 
 @pytest.mark.parametrize("module,argv,must_show", [
-    (maze, ["--help"], ["--core.hidden_size", "LSTM units per layer", "type: int, default: 64", "--optim.lr",
+    (maze, ["--help"], ["--core.hidden_size", "Units per layer (the LSTM's or the GRU's)", "type: int, default: 64",
+                        "--optim.lr",
                         "Learning rate", "type: PositiveFloat, default: 0.005", "ff, lstm, gru, lru, linear, delta",
                         "--actor.start_method {fork,spawn,forkserver}", "short forms: "]),
     (maze, ["--core", "mnm_p", "--help"], ["--core.memory_size", "default: 32", "--core.memory_init_gain"]),
