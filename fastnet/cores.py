@@ -7,6 +7,7 @@ with a residual connection, followed by a pre-LayerNorm feed-forward sublayer
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -62,12 +63,14 @@ class TorchRNNCore(nn.Module):
 
     State: the RNN's hidden tensors (LSTM: h, c; GRU: h), each [B, num_layers, hidden], then the
     clock [B,1] with ``position_features`` (as in :class:`BlockStack`). The sequence is cut where
-    any batch element resets, and each span runs as one call of the RNN.
+    any batch element resets, and each span runs as one call of the RNN. One step (T = 1, the
+    actors' call) runs the layers' ``cell`` ops instead (:meth:`_step`).
     """
 
     rnn_type: type[nn.RNNBase]
     attribute: str
     num_hidden_tensors: int
+    cell: Callable[..., Tensor | tuple[Tensor, Tensor]]
 
     def __init__(self, input_size: int, config: RNNConfig):
         super().__init__()
