@@ -21,6 +21,7 @@
 #    stretch of time. Prepare: mkdir -p .gpu && cp <that checkpoint> .gpu/pong_delta_2.84M.pt and
 #    add .gpu to carry (without it the step is skipped). It replaced env_threads (the zero-cost
 #    server with one ALE thread per worker against the default: level in five sessions running).
+# 3b. cores: launch/bench.py cores on the GPU for lstm, gru, lru (issue 74) and delta, T = 64, B = 32.
 # 4. atari_training: the papers' setup end to end (deep ResNet, delta core, 48 Pong games, server
 #    mode with the faster split of step 1) for TRAIN_S seconds (300 by default, which leaves the
 #    parity step its time within 15 minutes); its logs.csv (sps, learner_wait and
@@ -80,6 +81,8 @@ if [ -z "${TRAIN_ONLY:-}" ]; then
   echo "$splits" > /tmp/atari_splits
   step serve_cost 30 python3 cuda/serve_cost.py --device cuda --batch-size 32 --profile
   step serve_cost_small_batches 30 python3 cuda/serve_cost.py --device cuda --batch-size 32 --splits 2 --units-per-batch 4
+  # issue 74's new cores on the GPU: lru's chunked complex scan runs as torch ops there (no kernel)
+  step cores 30 python3 launch/bench.py cores --device cuda --cores lstm gru lru delta --shapes 64x32 --reps 5
   if [ -f .gpu/pong_delta_2.84M.pt ]; then
     step parity 110 python3 cuda/policy_parity.py .gpu/pong_delta_2.84M.pt --device cuda --envs 16 --replay-envs 6
   fi
