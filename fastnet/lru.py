@@ -12,8 +12,8 @@ to sqrt(1 − |Λ_j|²) so that a white input keeps its scale; B ∈ C^{N×H}, C
 
 The layer replaces the fast-weight sublayer of :class:`fastnet.cores.BlockStack`: pre-LayerNorm,
 residual, then the block's feed-forward sublayer, as the paper's block (LRU, then an MLP). A reset
-sets Λ to 0 for that step (nothing of h_{t-1} passes), and the recurrence runs as a parallel scan
-(:func:`fastnet.scan.linear_scan`), so a sequence costs ⌈log2 T⌉ rounds of tensor ops, not T.
+sets Λ to 0 for that step (nothing of h_{t-1} passes), and the recurrence runs as a chunked scan
+(:func:`fastnet.scan.linear_scan`), so a sequence costs about 2√T small loops of tensor ops, not T.
 
 Why the LRU among the modern linear recurrences (issue 74): it is the minimal one that S5 and
 Mamba build on (a diagonal, stable, exponentially parametrised recurrence), time-invariant, so the
