@@ -147,7 +147,8 @@ _NUMBERS = {"PositiveInt": ("an integer > 0", "must be > 0"), "NonNegativeInt": 
             "PositiveFloat": ("a number > 0", "must be > 0"), "NonNegativeFloat": ("a number >= 0", "must be >= 0"),
             "ClosedUnitInterval": ("a number in [0, 1]", "must be in [0, 1]"),
             "OpenUnitInterval": ("a number in (0, 1)", "must be in (0, 1)"),
-            "UnitIntervalHalfOpen": ("a number in [0, 1)", "must be in [0, 1)"), "int": ("an integer", ""),
+            "UnitIntervalHalfOpen": ("a number in [0, 1)", "must be in [0, 1)"),
+            "Niceness": ("an integer in [0, 19]", "must be in [0, 19]"), "int": ("an integer", ""),
             "float": ("a number", "")}
 
 

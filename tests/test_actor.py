@@ -82,14 +82,14 @@ def test_a_queue_on_descriptors_past_1023_waits_and_wakes():
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def _pool(start_method: str, num_buffers: int | None = None, model: AgentNet | None = None) -> ActorPool:
+def _pool(start_method: str, num_buffers: int | None = None, model: AgentNet | None = None, nice: int = 0) -> ActorPool:
     probe = envs.make("maze", num_envs=1)
     obs_shape, obs_dtype = tuple(probe.observation_shape), torch.from_numpy(probe.reset()).dtype
     model = model or AgentNet(obs_shape, probe.num_actions, "lstm", {"hidden_size": 8})
     model.share_memory()
     return ActorPool(model, envs=EnvSetup("maze", {"episode_length": 20}, [0, 1], obs_shape, obs_dtype),
                      actor=ActorConfig(num_actors=2, envs_per_actor=4, unroll_length=5, start_method=start_method,
-                                       num_buffers=num_buffers), unrolls_per_batch=1)
+                                       num_buffers=num_buffers, nice=nice), unrolls_per_batch=1)
 
 
 def _policy_lags(num_buffers: int | None, batches: int = 8) -> list[int]:
@@ -151,6 +151,15 @@ def test_num_buffers_of_one_batch_bound_the_policy_lag_to_one_batch():
     assert max(default[2:]) >= 3, default
     with pytest.raises(ValueError, match="num_buffers \\(0\\) must be at least the unrolls per batch \\(1\\)"):
         _pool("fork", num_buffers=0)
+
+
+@pytest.mark.parametrize("nice", [0, 3, 19])
+def test_actors_run_at_the_learners_niceness_plus_actor_nice(nice):
+    """Each actor process adds ``actor.nice`` to the niceness it inherits (Linux caps it at 19)."""
+    learner = os.getpriority(os.PRIO_PROCESS, 0)
+    with _pool("fork", nice=nice) as pool:
+        pool.get_batch()  # both actors are past their start
+        assert [os.getpriority(os.PRIO_PROCESS, p.pid) for p in pool.processes] == [min(19, learner + nice)] * 2
 
 
 def test_a_killed_actor_is_named_with_its_signal_and_what_to_do():

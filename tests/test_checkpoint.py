@@ -153,7 +153,7 @@ def test_the_fields_marked_resumable_are_the_budgets_hardware_logging_and_cadenc
     assert set(resumable_keys(load([]))) == {
         "run.total_steps", "run.device", "run.run_dir", "run.num_threads", "run.resume", "run.keep_checkpoints",
         "run.kernels", "actor.num_actors", "actor.num_buffers", "actor.inference", "actor.server.max_batch",
-        "actor.server.max_wait_ms", "actor.backend", "actor.start_method", "ray", "log", "checkpoint",
+        "actor.server.max_wait_ms", "actor.backend", "actor.start_method", "actor.nice", "ray", "log", "checkpoint",
         "optim.grad_clip", "optim.max_nonfinite_steps", "loss.popart_zero_init"}
     assert set(resumable_keys(supervised.load([]))) == {
         "run.device", "run.run_dir", "run.num_threads", "run.resume", "run.keep_checkpoints", "run.kernels",

@@ -169,7 +169,7 @@ class ActorPool(Transport):
         self.workers = WorkerProcesses(
             actor_loop, [(envs.name, envs.options, actor.envs_per_actor, envs.seeds[i], model, self.version,
                           self.buffers, self.free_queue, self.full_queue) for i in range(actor.num_actors)], "actor",
-            actor.start_method)
+            start_method=actor.start_method, nice=actor.nice)
         self.processes = self.workers.processes
 
     def start(self) -> None:

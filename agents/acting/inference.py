@@ -187,7 +187,7 @@ class InferenceServer(Transport):
         self.workers = WorkerProcesses(
             env_worker_loop, [(envs.name, envs.options, envs_per_worker, worker_splits, envs.seeds[i], i, self.slots,
                                self.ready, self.acted[i]) for i in range(num_workers)], "env worker",
-            actor.start_method)
+            start_method=actor.start_method, nice=actor.nice)
         self.processes = self.workers.processes
         # The loop's bookkeeping (only its thread touches these): free groups (batch, group) in
         # FIFO order, each unit's group and next step, the groups written per batch.

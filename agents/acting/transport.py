@@ -27,12 +27,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Optional
 
 import torch
-from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, restricted_number_type
 from torch import Tensor, nn
 
 from agents.config import RESUMABLE
 
 Batch = dict[str, Tensor]
+
+
+Niceness = restricted_number_type("Niceness", int, [(">=", 0), ("<=", 19)])
 
 
 @dataclass
@@ -76,6 +79,8 @@ class ActorConfig:
     """Where the actors run: processes on this machine (local), or actor hosts across a Ray cluster (ray)."""
     start_method: Literal["fork", "spawn", "forkserver"] = field(default="fork", metadata=RESUMABLE)
     """How the processes start (fork starts fastest; the actors act on the CPU, so a CUDA learner forks them too)."""
+    nice: Niceness = field(default=0, metadata=RESUMABLE)
+    """Niceness the processes add to the learner's (0-19): where they share its cores, the learner goes first."""
 
     def inference_mode(self, device_type: str) -> str:
         """Where the policy acts with a learner on a device of type ``device_type``: ``inference``,

@@ -98,8 +98,9 @@ def _rebuild(cls: type[IndexQueue], read_fd: Any, write_fd: Any) -> IndexQueue:
 
 
 def _worker_main(body: Callable[..., None], label: str, args: tuple[Any, ...], errors: Connection,
-                 stop: PipeFlag) -> None:
-    """Process entry: run ``body(*args, stop)`` until it returns (``stop`` set, or the learner gone).
+                 stop: PipeFlag, nice: int) -> None:
+    """Process entry: at niceness ``nice`` above the learner's, run ``body(*args, stop)`` until it
+    returns (``stop`` set, or the learner gone).
 
     SIGINT and SIGTERM are ignored: Ctrl-C, or a scheduler's SIGTERM to the whole process group,
     reaches the learner too, which checkpoints and stops the workers itself. If the body fails,
@@ -108,6 +109,7 @@ def _worker_main(body: Callable[..., None], label: str, args: tuple[Any, ...], e
     """
     for stop_signal in (signal.SIGINT, signal.SIGTERM):
         signal.signal(stop_signal, signal.SIG_IGN)
+    os.nice(nice)
     try:
         body(*args, stop)
     except UserError as e:
@@ -123,16 +125,22 @@ def _worker_main(body: Callable[..., None], label: str, args: tuple[Any, ...], e
 class WorkerProcesses:
     """``len(args)`` processes, worker i running ``body(*args[i], stop)``; :meth:`close` (which the
     transports call on leaving their ``with`` block, normally, by an exception or by Ctrl-C) stops
-    them all, so none outlives the run."""
+    them all, so none outlives the run.
 
-    def __init__(self, body: Callable[..., None], args: list[tuple[Any, ...]], label: str, start_method: str):
+    The workers run ``nice`` steps of niceness below the learner: where they share its cores, the
+    scheduler lets the learner (the slower side on the maze) finish its update before a worker
+    that its queue just woke takes the core.
+    """
+
+    def __init__(self, body: Callable[..., None], args: list[tuple[Any, ...]], label: str, *, start_method: str,
+                 nice: int):
         ctx = mp.get_context(start_method)
         self.label = label
         self.stop = PipeFlag()
         self.errors = [ctx.Pipe(duplex=False) for _ in args]  # (learner's end, worker's end)
         self.processes = [
             ctx.Process(target=_worker_main, name=f"{label}-{i}", daemon=True,
-                        args=(body, f"{label} {i}", worker_args, self.errors[i][1], self.stop))
+                        args=(body, f"{label} {i}", worker_args, self.errors[i][1], self.stop, nice))
             for i, worker_args in enumerate(args)
         ]
 
