@@ -31,13 +31,14 @@ import torch
 import envs
 from agents.config import options
 from fastnet.kernels import kernel_mode, set_kernel_mode
-from launch.evaluate import load_agent, play
+from launch.evaluate import act_on_rows, load_agent, play
 
 
 class RecordingPolicy:
     """A policy for :func:`launch.evaluate.play` (the protocol's own game loop): sampled actions from
     ``model`` on ``device``, as the inference server acts, keeping every step's ``records``
-    (inputs (obs, prev_reward, prev_action, done) on the CPU, logits [N,A] on the CPU, actions [N])."""
+    (inputs (obs, prev_reward, prev_action, done) on the CPU, logits [n,A] on the CPU, actions [n],
+    and the games they are for: ``rows`` [n], those still playing)."""
 
     def __init__(self, model, *, num_envs: int, device: torch.device, seed: int):
         self.model, self.device = model, device
@@ -45,25 +46,30 @@ class RecordingPolicy:
         self.generator = torch.Generator(device=device).manual_seed(seed)
         self.records: list = []
 
-    def __call__(self, obs: np.ndarray, reward: np.ndarray, action: np.ndarray, done: np.ndarray) -> np.ndarray:
+    def __call__(self, obs: np.ndarray, reward: np.ndarray, action: np.ndarray, done: np.ndarray,
+                 rows: np.ndarray) -> np.ndarray:
         # copies (np.array): an env may reuse its arrays
         inputs = tuple(torch.from_numpy(np.array(x)) for x in (obs, reward, action, done))
-        chosen, logits, self.state = self.model.act(*(x.to(self.device) for x in inputs), self.state, sample=True,
-                                                    generator=self.generator)
+        chosen, logits = act_on_rows(self.model, self.state, rows, [x.to(self.device) for x in inputs], sample=True,
+                                     generator=self.generator)
         chosen = chosen.cpu()
-        self.records.append((inputs, logits.float().cpu(), chosen))
+        self.records.append((inputs, logits.float().cpu(), chosen, rows.copy()))
         return chosen.numpy()
 
 
-def replay(model, records: list, *, envs_: slice, device: torch.device) -> list[torch.Tensor]:
-    """The logits [n,A] of ``model`` on ``device`` for the recorded inputs of the envs ``envs_``,
-    one step at a time with the core state carried (argmax actions: nothing is sampled)."""
-    n = len(range(*envs_.indices(records[0][1].shape[0])))
-    state = model.initial_state(n, device)
+def played_by(records: list, games: int) -> list[torch.Tensor]:
+    """The recorded logits of games ``0 .. games-1``, at each step where one of them played."""
+    return [logits[rows < games] for _, logits, _, rows in records if (rows < games).any()]
+
+
+def replay(model, records: list, *, games: int, device: torch.device) -> list[torch.Tensor]:
+    """The logits of ``model`` on ``device`` for the recorded inputs of games ``0 .. games-1``, one
+    step at a time with the core state carried (argmax actions: nothing is sampled)."""
+    state = model.initial_state(games, device)
     out = []
-    with torch.no_grad():
-        for inputs, _, _ in records:
-            _, logits, state = model.act(*(x[envs_].to(device) for x in inputs), state, sample=False)
+    for inputs, _, _, rows in records:
+        if (mine := rows < games).any():
+            _, logits = act_on_rows(model, state, rows[mine], [x[mine].to(device) for x in inputs], sample=False)
             out.append(logits.float().cpu())
     return out
 
@@ -73,7 +79,7 @@ def compare(played: list[torch.Tensor], replayed: list[torch.Tensor], bins: int)
     largest |logit gap|, share of steps whose argmax agrees)."""
     rows = []
     for chunk in np.array_split(np.arange(len(played)), bins):
-        played_logits, replayed_logits = (torch.stack([logits[t] for t in chunk]) for logits in (played, replayed))
+        played_logits, replayed_logits = (torch.cat([logits[t] for t in chunk]) for logits in (played, replayed))
         p, q = played_logits.log_softmax(-1), replayed_logits.log_softmax(-1)
         kl = (p.exp() * (p - q)).sum(-1).mean().item()
         gap = (played_logits - replayed_logits).abs().max().item()
@@ -82,13 +88,13 @@ def compare(played: list[torch.Tensor], replayed: list[torch.Tensor], bins: int)
     return rows
 
 
-def on_device_without_tf32(model, records, *, envs_: slice, device: torch.device) -> list[torch.Tensor]:
+def on_device_without_tf32(model, records, *, games: int, device: torch.device) -> list[torch.Tensor]:
     """:func:`replay` on ``device`` with TF32 off (cuDNN and matmuls) and the reference kernels."""
     saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32, kernel_mode())
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     set_kernel_mode("reference")
     try:
-        return replay(model, records, envs_=envs_, device=device)
+        return replay(model, records, games=games, device=device)
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved[:2]
         set_kernel_mode(saved[2])
@@ -106,35 +112,37 @@ def main(argv: list[str] | None = None) -> dict[str, list]:
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     model, cfg, counters = load_agent(args.checkpoint)
-    env = envs.make(cfg.env.name, num_envs=args.envs, seed=args.seed, **options(cfg.env))
+    games = [envs.make(cfg.env.name, num_envs=1, seed=args.seed + i, **options(cfg.env)) for i in range(args.envs)]
     start = time.time()
     policy = RecordingPolicy(model.to(device), num_envs=args.envs, device=device, seed=args.seed)
     try:
-        scores, _ = play(env, policy, args.games)
+        scores, _ = play(games, policy, args.games)
     finally:
-        env.close()
+        for game in games:
+            game.close()
     records, scores = policy.records, [s for per_env in scores for s in per_env]
     print(f"{cfg.env.name} {getattr(cfg.env, 'game', '')}, core {cfg.core.name}, step {counters['step']:,}: "
-          f"{len(scores)} games on {device} ({len(records)} steps of {args.envs} envs, {time.time() - start:.0f} s), "
+          f"{len(scores)} games on {device} ({len(records)} steps of up to {args.envs} games, "
+          f"{time.time() - start:.0f} s), "
           f"sampled actions: mean score {np.mean(scores):.2f}")
     logits = torch.cat([r[1] for r in records])
     chosen = torch.cat([r[2] for r in records])
     print(f"the sampler: the most likely action taken at {(chosen == logits.argmax(-1)).float().mean():.3f} of the "
           f"steps, its mean probability {logits.softmax(-1).max(-1).values.mean():.3f} (they match if it is unbiased)")
-    envs_ = slice(0, min(args.replay_envs, args.envs))
-    played = [r[1][envs_] for r in records]
+    replayed = min(args.replay_envs, args.envs)
+    played = played_by(records, replayed)
     variants = {  # the CPU first: the comparison the workbench is for
-        "cpu, float32, reference kernels": lambda: replay(model.cpu(), records, envs_=envs_,
+        "cpu, float32, reference kernels": lambda: replay(model.cpu(), records, games=replayed,
                                                           device=torch.device("cpu")),
         f"{device}, no TF32, reference kernels": lambda: on_device_without_tf32(model.to(device), records,
-                                                                              envs_=envs_, device=device),
-        f"{device}, as played (control)": lambda: replay(model.to(device), records, envs_=envs_, device=device),
+                                                                              games=replayed, device=device),
+        f"{device}, as played (control)": lambda: replay(model.to(device), records, games=replayed, device=device),
     }
     report = {}
     for name, run in variants.items():
         start = time.time()
         report[name] = compare(played, run(), args.bins)
-        print(f"\nreplayed on {name} ({envs_.stop} games, {time.time() - start:.0f} s)")
+        print(f"\nreplayed on {name} ({replayed} games, {time.time() - start:.0f} s)")
         print(f"{'from step':>9} {'KL (nats)':>11} {'max |dlogit|':>13} {'argmax agrees':>14}")
         for first, kl, gap, agree in report[name]:
             print(f"{first:>9} {kl:>11.2e} {gap:>13.2e} {agree:>14.3f}")

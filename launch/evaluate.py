@@ -15,7 +15,10 @@ sampled from the policy, which is what it learned to play, except on Atari, wher
 argmax, as the papers' code (torchbeast's test mode) plays; ``--sample`` and ``--argmax``
 choose for every env. Run r of a checkpoint plays ``--envs_per_run`` games at once (default: all of its
 episodes), seeded with ``seed + r * envs_per_run + i``; each env contributes its first
-``episodes / envs_per_run`` whole games, so short games are not favoured.
+``episodes / envs_per_run`` whole games, so short games are not favoured. An env that has played
+them is not stepped again, and the policy acts for the others in one batch: a game that stalls
+(an argmax policy that never ends it) is played to the frame cap, as the papers play it, and
+costs only itself. A line on stderr says every 10 s how many games each checkpoint has finished.
 
 Reported per checkpoint: the 5 run means, their mean and their standard deviation (numpy's
 ``std``, ddof 0; ``--ddof 1`` for the sample std). The (checkpoint, run) jobs run in parallel
@@ -53,45 +56,61 @@ _MILESTONE = re.compile(r"checkpoint-(\d+)\.pt$")
 # ---------------------------------------------------------------- the protocol, for any policy
 
 
-def play(env: Any, policy: Any, episodes_per_env: int) -> tuple[list[list[float]], list[list[int]]]:
-    """Step ``env`` with ``policy`` until each of its envs has finished ``episodes_per_env`` episodes.
+def play(games: list[Any], policy: Any, episodes_per_game: int,
+         on_game_over: Callable[[], None] = lambda: None) -> tuple[list[list[float]], list[list[int]]]:
+    """Play each of ``games`` (envs of one game each: ``num_envs`` 1) until it has finished
+    ``episodes_per_game`` episodes. A game that has is not stepped again, and the policy acts
+    for the games still playing, in one batch: a game stalled at the frame cap costs only itself.
 
-    ``policy(obs, prev_reward, prev_action, done) -> actions [N]`` sees what an actor sees
-    (``done`` set on each first step of an episode, the start included). A policy with
-    ``env_actions`` (:class:`ModelPolicy`) steps the env with ``policy.env_actions(actions)`` (a Box
-    space's clipped draws) and starts from its ``first_action``. Returns per env the scores and
-    lengths of its first ``episodes_per_env`` episodes.
+    ``policy(obs, prev_reward, prev_action, done, rows) -> actions`` sees what an actor sees
+    (``done`` set on each first step of an episode, the start included) for the games ``rows``
+    (indices into ``games``, in order), a row each. A policy with ``env_actions``
+    (:class:`ModelPolicy`) steps the games with ``policy.env_actions(actions)`` (a Box space's
+    clipped draws) and starts from its ``first_action``. ``on_game_over()`` is called as each game
+    finishes its episodes. Returns per game the scores and lengths of its episodes.
     """
-    n = env.num_envs
+    n = len(games)
     scores: list[list[float]] = [[] for _ in range(n)]
     lengths: list[list[int]] = [[] for _ in range(n)]
-    obs = env.reset()
+    obs = np.concatenate([game.reset() for game in games])
     to_env = getattr(policy, "env_actions", lambda a: a)
     reward, done = np.zeros(n, np.float32), np.ones(n, bool)
     action = getattr(policy, "first_action", np.zeros(n, np.int64))
-    while min(len(s) for s in scores) < episodes_per_env:
-        action = np.asarray(policy(obs, reward, action, done))
-        obs, reward, done, info = env.step(to_env(action))
-        for i in np.flatnonzero(done):
-            if len(scores[i]) < episodes_per_env:
-                scores[i].append(float(info["episode_return"][i]))
-                lengths[i].append(int(info["episode_length"][i]))
+    rows = np.arange(n)
+    while rows.size:
+        action = np.asarray(policy(obs, reward, action, done, rows))
+        env_action = to_env(action)
+        steps = [games[i].step(env_action[k:k + 1]) for k, i in enumerate(rows)]
+        obs, reward, done = (np.concatenate([step[j] for step in steps]) for j in range(3))
+        playing = np.ones(rows.size, bool)
+        for k in np.flatnonzero(done):
+            i, info = rows[k], steps[k][3]
+            scores[i].append(float(info["episode_return"][0]))
+            lengths[i].append(int(info["episode_length"][0]))
+            if len(scores[i]) == episodes_per_game:
+                playing[k] = False
+                on_game_over()
+        if not playing.all():
+            rows, obs, reward, action, done = (x[playing] for x in (rows, obs, reward, action, done))
     return scores, lengths
 
 
 def run_one(make_env: Callable[[int, int], Any], make_policy: Callable[[int], Any], run: int, episodes: int,
-            envs_per_run: int | None, seed: int) -> dict[str, list]:
-    """Run ``run`` of the protocol: ``make_env(num_envs, seed)`` plays ``episodes`` whole episodes
-    with ``make_policy(run)``, ``episodes / envs_per_run`` on each env. Returns
-    ``{"scores": [...], "lengths": [...]}``."""
+            envs_per_run: int | None, seed: int, on_game_over: Callable[[], None] = lambda: None) -> dict[str, list]:
+    """Run ``run`` of the protocol: ``envs_per_run`` games, game i ``make_env(1, seed + run *
+    envs_per_run + i)``, play ``episodes`` whole episodes with ``make_policy(run)``, ``episodes /
+    envs_per_run`` each (:func:`play`). Returns ``{"scores": [...], "lengths": [...]}``."""
     n = envs_per_run or episodes
     if episodes % n:
         raise ValueError(f"episodes ({episodes}) must be a multiple of envs_per_run ({n})")
-    env = make_env(n, seed + run * n)
+    games: list[Any] = []
     try:
-        scores, lengths = play(env, make_policy(run), episodes // n)
+        for i in range(n):
+            games.append(make_env(1, seed + run * n + i))
+        scores, lengths = play(games, make_policy(run), episodes // n, on_game_over)
     finally:
-        env.close()
+        for game in games:
+            game.close()
     return {"scores": [s for per_env in scores for s in per_env],
             "lengths": [x for per_env in lengths for x in per_env]}
 
@@ -110,9 +129,24 @@ def summarize(runs: list[dict[str, list]], ddof: int = 0) -> dict[str, Any]:
 MEMORY_ABLATIONS = ("full", "no_core_state", "none")
 
 
+def act_on_rows(model: Any, state: tuple, rows: np.ndarray, inputs: list, **act: Any) -> Any:
+    """``model.act(*inputs, ...)`` for the envs ``rows`` of a batch whose core ``state`` holds
+    every env's (batch first): their rows of the state are read and then updated in place.
+    Returns the actions and logits of those envs."""
+    import torch
+
+    every = rows.size == state[0].shape[0] if state else True
+    index = torch.from_numpy(rows).to(state[0].device) if state and not every else None
+    mine = state if index is None else tuple(s[index] for s in state)
+    chosen, logits, mine = model.act(*inputs, mine, **act)
+    for whole, part in zip(state, mine):
+        whole.copy_(part) if index is None else whole.index_copy_(0, index, part)
+    return chosen, logits
+
+
 class ModelPolicy:
-    """An AgentNet stepped one step at a time (on ``device``); the policy's mode (the argmax, or a
-    Gaussian's mean) or samples.
+    """An AgentNet stepped one step at a time (on ``device``) for the games :func:`play` names;
+    the policy's mode (the argmax, or a Gaussian's mean) or samples.
 
     ``memory``: ``full``; ``no_core_state``, the core state zeroed before every step;
     ``none``, every step played as an episode's first (the state, previous action and reward
@@ -137,13 +171,14 @@ class ModelPolicy:
         """What the env is stepped with (:meth:`agents.network.AgentNet.env_actions`)."""
         return self.model.env_actions(self.torch.from_numpy(actions)).numpy()
 
-    def __call__(self, obs: np.ndarray, reward: np.ndarray, action: np.ndarray, done: np.ndarray) -> np.ndarray:
+    def __call__(self, obs: np.ndarray, reward: np.ndarray, action: np.ndarray, done: np.ndarray,
+                 rows: np.ndarray) -> np.ndarray:
         if self.memory == "no_core_state":
             self.state = self.model.initial_state(self.num_envs, self.device)
         elif self.memory == "none":
             done = np.ones_like(done)
         inputs = [self.torch.from_numpy(x).to(self.device) for x in (obs, reward, action, done)]
-        chosen, _, self.state = self.model.act(*inputs, self.state, sample=self.sample, generator=self.generator)
+        chosen, _ = act_on_rows(self.model, self.state, rows, inputs, sample=self.sample, generator=self.generator)
         return chosen.cpu().numpy()
 
 
@@ -213,10 +248,34 @@ def describe(path: str) -> dict[str, Any]:
 
 
 _MODELS: dict[str, Any] = {}
+_GAMES_OVER: Any = None  # a pool worker's queue to the parent: the checkpoint of each game that ends
 
 
-def evaluate_job(job: dict[str, Any]) -> dict[str, Any]:
-    """One run of one checkpoint (a pool task)."""
+def _report_games_to(games_over: Any) -> None:
+    """A pool worker's initializer: report each finished game on ``games_over``."""
+    global _GAMES_OVER
+    _GAMES_OVER = games_over
+
+
+class Progress:
+    """The run-level progress line: games finished per checkpoint, at most every ``every_s`` seconds."""
+
+    def __init__(self, games: dict[str, int], every_s: float = 10.0):
+        self.games, self.done = games, dict.fromkeys(games, 0)
+        self.start = self.last = time.time()
+        self.every_s = every_s
+
+    def game_over(self, checkpoint: str) -> None:
+        self.done[checkpoint] += 1
+        if time.time() - self.last >= self.every_s:
+            self.last = time.time()
+            parts = ", ".join(f"{os.path.relpath(c)} {self.done[c]}/{n}" for c, n in self.games.items())
+            print(f"games played: {parts} ({(self.last - self.start) / 60:.1f} min)", file=sys.stderr, flush=True)
+
+
+def evaluate_job(job: dict[str, Any], on_game_over: Callable[[], None] | None = None) -> dict[str, Any]:
+    """One run of one checkpoint (a pool task); each finished game is reported to
+    ``on_game_over()``, or in a pool worker to the parent's queue."""
     import torch
 
     import envs
@@ -238,8 +297,11 @@ def evaluate_job(job: dict[str, Any]) -> dict[str, Any]:
         return ModelPolicy(model, num_envs=job["envs_per_run"] or job["episodes"], sample=job["sample"],
                            seed=job["seed"] + run, device=job["device"], memory=job["memory"])
 
+    if on_game_over is None:
+        on_game_over = (lambda: _GAMES_OVER.put(job["checkpoint"])) if _GAMES_OVER is not None else (lambda: None)
     start = time.time()
-    result = run_one(make_env, make_policy, job["run"], job["episodes"], job["envs_per_run"], job["seed"])
+    result = run_one(make_env, make_policy, job["run"], job["episodes"], job["envs_per_run"], job["seed"],
+                     on_game_over)
     return {**job, **result, "seconds": time.time() - start}
 
 
@@ -266,16 +328,25 @@ def evaluate(paths: list[str], args: Any) -> list[dict[str, Any]]:
              "env_overrides": played(info["env"]), "device": args.device, "memory": args.memory}
             for info in infos for r in range(args.runs)]
     workers = max(1, min(args.workers or os.cpu_count() or 1, len(jobs)))
+    progress = Progress({info["checkpoint"]: args.runs * (args.envs_per_run or args.episodes) for info in infos})
     done_jobs: list[dict[str, Any]] = []
     if workers == 1:
         for job in jobs:
-            done_jobs.append(evaluate_job(job))
+            done_jobs.append(evaluate_job(job, lambda c=job["checkpoint"]: progress.game_over(c)))
             _report(done_jobs[-1], len(done_jobs), len(jobs))
     else:
-        with mp.get_context("spawn").Pool(workers) as pool:
-            for result in pool.imap_unordered(evaluate_job, jobs):
-                done_jobs.append(result)
-                _report(result, len(done_jobs), len(jobs))
+        ctx = mp.get_context("spawn")
+        games_over = ctx.SimpleQueue()
+        with ctx.Pool(workers, initializer=_report_games_to, initargs=(games_over,)) as pool:
+            results = pool.imap_unordered(evaluate_job, jobs)
+            while len(done_jobs) < len(jobs):
+                try:
+                    done_jobs.append(results.next(timeout=1.0))
+                    _report(done_jobs[-1], len(done_jobs), len(jobs))
+                except mp.TimeoutError:
+                    pass
+                while not games_over.empty():
+                    progress.game_over(games_over.get())
     results = []
     for info in infos:
         mine = sorted((j for j in done_jobs if j["checkpoint"] == info["checkpoint"]), key=lambda j: j["run"])

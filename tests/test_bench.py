@@ -88,7 +88,7 @@ def test_the_policy_parity_workbench_gets_back_what_it_played_when_nothing_diffe
         for _, kl, gap, agree in rows:
             assert abs(kl) < 1e-6 and gap < 1e-4 and agree == 1.0
     out = capsys.readouterr().out
-    assert "8 games on cpu (60 steps of 4 envs" in out and "the sampler: the most likely action taken at" in out
+    assert "8 games on cpu (60 steps of up to 4 games" in out and "the sampler: the most likely action taken at" in out
 
 
 def test_the_policy_parity_comparison_on_a_hand_worked_pair():

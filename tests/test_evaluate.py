@@ -71,7 +71,7 @@ def test_protocol_counts_means_and_stds(runs, episodes, envs_per_run):
     calls = []
 
     def policy_for(run):
-        def policy(obs, reward, action, done):
+        def policy(obs, reward, action, done, rows):
             calls.append(run)
             return np.zeros(len(obs), np.int64)
         return policy
@@ -92,10 +92,80 @@ def test_protocol_counts_means_and_stds(runs, episodes, envs_per_run):
     assert set(calls) == set(range(runs))
 
 
+def test_a_game_that_has_played_its_episodes_is_not_stepped_again():
+    """Games of different lengths: each is stepped exactly as often as its own episodes last
+    (the old loop stepped every env until the longest was done), the policy acts for the games
+    still playing and no other, and each game's scores and lengths are CountingEnv's."""
+    stepped, batches = [], []
+
+    class Counted(CountingEnv):
+        def step(self, actions):
+            stepped.append(self.seed)
+            return super().step(actions)
+
+    def policy(obs, reward, action, done, rows):
+        batches.append(rows.tolist())
+        assert len(obs) == len(reward) == len(action) == len(done) == len(rows)
+        return np.zeros(len(rows), np.int64)
+
+    finished = []
+    scores, lengths = evaluate.play([Counted(1, s) for s in (3, 4, 5)], policy, 2, lambda: finished.append(1))
+    for i, s in enumerate((3, 4, 5)):
+        own = [1 + (s + k) % 4 for k in range(2)]  # episode k of game i lasts 1 + (s + k) % 4 steps
+        assert scores[i] == [s * 10 + k for k in range(2)] and lengths[i] == own
+        assert stepped.count(s) == sum(own)
+    assert len(finished) == 3
+    # seeds 3, 4, 5 play 4+1, 1+2 and 2+3 steps: all three for 3 steps, then games 0 and 2
+    assert batches == [[0, 1, 2]] * 3 + [[0, 2]] * 2
+
+
+def test_acting_on_some_rows_leaves_the_others_state_alone():
+    """act_on_rows on a subset of an LSTM agent's envs gives each env the logits it gets when
+    stepped alone, whatever the others do, and leaves the state of the envs it skips as it was."""
+    import torch
+
+    from agents.network import AgentNet
+
+    torch.manual_seed(0)
+    model = AgentNet((3,), [4], "lstm", {"hidden_size": 8}).eval()
+    obs = torch.randn(5, 3, 3)  # [T, envs, ...]
+    zero_r, zero_a = torch.zeros(3), torch.zeros(3, dtype=torch.long)
+    state = model.initial_state(3)
+    plan = [[0, 1, 2], [0, 2], [2], [0, 2], [0, 1, 2]]  # which envs act at each step
+    got = {i: [] for i in range(3)}
+    for t, rows in enumerate(plan):
+        rows = np.array(rows)
+        before = [s.clone() for s in state]
+        inputs = [obs[t][rows], zero_r[rows], zero_a[rows], torch.tensor([t == 0] * len(rows))]
+        _, logits = evaluate.act_on_rows(model, state, rows, inputs, sample=False)
+        for k, i in enumerate(rows):
+            got[int(i)].append(logits[k])
+        for s, b in zip(state, before):
+            skipped = np.setdiff1d(np.arange(3), rows)
+            assert torch.equal(s[skipped], b[skipped])
+    for i in range(3):
+        alone, want = model.initial_state(1), []
+        for t, rows in enumerate(plan):
+            if i in rows:
+                _, logits, alone = model.act(obs[t][i:i + 1], zero_r[:1], zero_a[:1], torch.tensor([t == 0]), alone,
+                                             sample=False)
+                want.append(logits[0])
+        assert len(got[i]) == len(want) and all(torch.allclose(g, w, atol=1e-6) for g, w in zip(got[i], want))
+
+
+def test_the_progress_line_counts_each_checkpoints_games(capsys):
+    progress = evaluate.Progress({os.path.abspath("a.pt"): 2, os.path.abspath("b.pt"): 3}, every_s=0.0)
+    progress.game_over(os.path.abspath("b.pt"))
+    progress.game_over(os.path.abspath("a.pt"))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("games played: a.pt 0/2, b.pt 1/3 (")
+    assert lines[1].startswith("games played: a.pt 1/2, b.pt 1/3 (")
+
+
 def test_protocol_on_atari_matches_independent_replays():
     """A scripted policy (a function of the observation) on Space Invaders: 2 runs x 3 episodes,
     each episode replayed alone in a single-env Atari with the same seed gives the same score."""
-    def scripted(obs, reward, action, done):
+    def scripted(obs, reward, action, done, rows=None):
         return obs[:, -1].astype(np.int64).sum(axis=(1, 2)) % 6
 
     def make_env(n, seed):
@@ -255,13 +325,13 @@ class _CountingModel:
 
     def initial_state(self, batch_size, device=None):
         import torch
-        return torch.zeros(batch_size)
+        return (torch.zeros(batch_size),)  # a core state: a tuple of tensors, batch first
 
     def act(self, obs, reward, action, done, state, sample=False, generator=None):
         import torch
-        self.calls.append((state.clone(), done.clone(), reward.clone(), action.clone()))
-        state = torch.where(done, torch.zeros_like(state), state) + 1
-        return torch.zeros(len(obs), dtype=torch.long), None, state
+        self.calls.append((state[0].clone(), done.clone(), reward.clone(), action.clone()))
+        state = torch.where(done, torch.zeros_like(state[0]), state[0]) + 1
+        return torch.zeros(len(obs), dtype=torch.long), None, (state,)
 
     def env_actions(self, actions):
         return actions
@@ -275,7 +345,7 @@ def test_memory_ablations_reset_what_they_name(memory):
     policy = evaluate.ModelPolicy(model, num_envs=2, memory=memory)
     obs, reward, action = np.zeros((2, 3), np.float32), np.array([0.5, -1.0], np.float32), np.array([2, 1])
     for t in range(3):
-        policy(obs, reward, action, np.array([t == 0, False]))
+        policy(obs, reward, action, np.array([t == 0, False]), np.arange(2))
     states = [c[0].tolist() for c in model.calls]
     dones = [c[1].tolist() for c in model.calls]
     if memory == "full":
@@ -314,6 +384,7 @@ def test_atari_is_scored_with_the_papers_sticky_actions_whatever_it_trained_with
     args = evaluate.load(["x.pt", "--runs", "1", "--episodes", "2", "--envs_per_run", "2", "--workers", "1"])
     (result,) = evaluate.evaluate(["x.pt"], args)
     assert len(result["per_run"][0]["scores"]) == 2 and result["env_overrides"] == {"sticky_action_prob": 0.25}
-    (name, options), = made
-    assert name == "atari" and options["sticky_action_prob"] == 0.25 and options["noop_max"] == 7
+    assert len(made) == 2  # a game each
+    for name, options in made:
+        assert name == "atari" and options["sticky_action_prob"] == 0.25 and options["noop_max"] == 7
     assert evaluate.load(["x.pt"]).sticky_action_prob == 0.25
