@@ -8,6 +8,7 @@
     python launch/bench.py training --env atari --flags --config launch/configs/atari_cpu.yaml
                                                    # end-to-end training SPS vs raw envs, and its parts
     python launch/bench.py peers --env maze        # returns at equal steps beside sb3-contrib's RecurrentPPO
+    python launch/bench.py peers --env atari:Pong  # atari_cpu.yaml beside SB3's PPO at RL Zoo's Atari settings
 """
 from __future__ import annotations
 

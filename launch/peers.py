@@ -1,12 +1,13 @@
 """``launch/bench.py peers``: DeltaBeast beside sb3-contrib's RecurrentPPO (and, on Box-action
-envs, Stable-Baselines3's PPO) on the same envs, at equal environment steps (the optional
-``peers`` extra: ``pip install -e '.[peers]'``).
+envs and Atari, Stable-Baselines3's PPO) on the same envs, at equal environment steps (the
+optional ``peers`` extra: ``pip install -e '.[peers]'``).
 
     python launch/bench.py peers --env maze --steps 1000000 --seeds 0 1 2
     python launch/bench.py peers --env popgym/RepeatPreviousEasy --steps 1000000 --docs
     python launch/bench.py peers --env gym:Acrobot-v1 --steps 300000
     python launch/bench.py peers --env gym:HalfCheetah-v5 --steps 1000000          # + SB3 PPO (Box actions)
     python launch/bench.py peers --env gym:Hopper-v5 --observe velocities          # Ni et al.'s Hopper-V
+    python launch/bench.py peers --env atari:Pong --steps 2500000                  # DeltaBeast and SB3 PPO
 
 On a Box-action env the peers run at their documented defaults (the classes' own settings: PPO's
 ``MlpPolicy`` with n_steps 2048, batch 64, 10 epochs, lr 3e-4, γ 0.99, GAE λ 0.95, clip 0.2;
@@ -24,15 +25,28 @@ DeltaBeast's lstm (128), and the same discount as the DeltaBeast config. Both se
 observations (the env's, flattened); DeltaBeast also feeds its core the previous reward and
 action, as it always does.
 
+On ``atari:<Game>`` DeltaBeast runs launch/atari.py with launch/configs/atari_cpu.yaml (the CPU
+recipe: Nature stem, ff core, CleanRL's PPO update) and the peer is SB3's PPO with ``CnnPolicy``
+at RL Zoo's Atari settings (:data:`ATARI_PPO`: 8 envs, n_steps 128, 4 epochs, batch 256, entropy
+0.01, frame stack 4, lr 2.5e-4 and clip 0.1 both decayed linearly to 0 over the run's ``--steps``;
+RL Zoo's run is 10M, and atari_cpu.yaml keeps its lr). It plays Gymnasium's own ALE v5 game
+through ``AtariPreprocessing`` (:func:`make_atari_env`) with our env's sticky actions, no-ops,
+frame skip and frame limit, no life-loss ends and no FIRE at reset (as ours; RL Zoo's
+``AtariWrapper`` has both), and learns from sign-clipped rewards (``AtariWrapper``'s
+``ClipRewardEnv``). Its frames equal ours bit for bit; only the first 3 frame stacks of a game
+differ, where SB3's ``VecFrameStack`` pads with black frames and ours repeats the game's first
+(tests/test_peers_atari.py). Both curves are of raw whole-game scores.
+
 The score at a step S is the mean return of the last 100 episodes finished by S, for both
 (RecurrentPPO's ``ep_rew_mean`` window; DeltaBeast's ``log.return_window`` is set to 100). Each
 run's curve goes to ``<out>/<env>/<algo>-s<seed>.json`` (``deltabeast-<core>-s<seed>.json`` for
 DeltaBeast's, so that several cores can sit beside each other); the table (median over seeds of the
 return at 100K, 250K, 500K and 1M steps, POPGym's MMER over that curve, wall time) is printed,
 and with ``--docs`` written between the ``peers`` markers of docs/memory_benchmarks.md (memory
-envs) or docs/results.md (the maze), from every result under ``<out>``. For memory envs a second
-table gives each row's median across the envs of its normalised return (issue 42's score of a
-recipe over a set of envs), and ``--plot FILE`` draws every run's curve, a panel per env.
+and ``gym:<id>`` envs) or docs/results.md (the maze), from every result under ``<out>`` but
+Atari's. For memory envs a second table gives each row's median across the envs of its
+normalised return (issue 42's score of a recipe over a set of envs), and ``--plot FILE`` draws
+every run's curve, a panel per env.
 """
 from __future__ import annotations
 
@@ -46,6 +60,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.run_config import TrainConfig
 from agents.tables import markdown_table
 from launch.sweep import Trial, is_gym, trial_config
 
@@ -57,7 +72,16 @@ PPO_SETTINGS = {"n_steps": 128, "batch_size": 128, "n_epochs": 4, "learning_rate
 PPO_ENVS = 16
 PPO_LSTM = 128
 ALGOS = ("deltabeast", "recurrent_ppo", "ppo")
+ATARI_ALGOS = ("deltabeast", "ppo")
 BOX_ENVS = 1  # the peers' envs on a Box-action env: their documented single-env defaults
+ATARI_CONFIG = os.path.join(ROOT, "launch", "configs", "atari_cpu.yaml")  # DeltaBeast's Atari recipe on a CPU
+# SB3's PPO on Atari as RL Zoo runs it: the ``atari`` entry of rl-baselines3-zoo's hyperparams/ppo.yml
+# (policy, n_envs, frame_stack and its PPO arguments, "lin_<x>" as RL Zoo writes a linear decay from x
+# to 0 over the run), with SB3's defaults that the entry leaves to them (gamma, gae_lambda,
+# max_grad_norm) written out. It is CleanRL's ppo_atari recipe.
+ATARI_PPO = {"policy": "CnnPolicy", "n_envs": 8, "frame_stack": 4, "n_steps": 128, "n_epochs": 4,
+             "batch_size": 256, "learning_rate": "lin_2.5e-4", "clip_range": "lin_0.1", "ent_coef": 0.01,
+             "vf_coef": 0.5, "gamma": 0.99, "gae_lambda": 0.95, "max_grad_norm": 0.5}
 
 
 def windowed_curve(finished: list[tuple[int, float]], window: int = WINDOW) -> list[tuple[int, float]]:
@@ -76,13 +100,37 @@ def at_step(curve: list[tuple[int, float]], step: int) -> float:
     return values[-1] if values else math.nan
 
 
+def is_atari(env: str) -> bool:
+    """Whether a peers env is ``atari:<Game>``."""
+    return env.startswith("atari:")
+
+
+def deltabeast_config(env: str, *, core: str, seed: int, steps: int | None, flags: list[str],
+                      run_dir: str) -> TrainConfig:
+    """DeltaBeast's config for ``env``: launch/sweep.py's trial of it, and for ``atari:<Game>`` the
+    game's trial on :data:`ATARI_CONFIG`."""
+    if is_atari(env):
+        env, flags = env.removeprefix("atari:"), ["--config", ATARI_CONFIG, *flags]
+    return trial_config(Trial(env, core, seed), steps, flags, run_dir)
+
+
+def default_core(env: str) -> str:
+    """The core of ``env``'s launcher config: maze.yaml's, train.yaml's, memory.yaml's or atari_cpu.yaml's."""
+    from launch import atari, maze, memory, train
+
+    if is_atari(env):
+        return atari.load(["--config", ATARI_CONFIG]).core.name
+    return (maze if env == "maze" else train if is_gym(env) else memory).load([]).core.name
+
+
 def run_deltabeast(env: str, core: str, seed: int, steps: int, flags: list[str], run_dir: str) -> dict[str, Any]:
     """Train DeltaBeast on ``env``; its curve is its log's windowed mean return."""
     from agents.learning.learner import train
     from agents.learning.logger import CSV_NAME, read_csv
 
-    cfg = trial_config(Trial(env, core, seed), steps, [*flags, "--log.return_window", str(WINDOW),
-                                                       "--run.resume", "false", "--log.tensorboard", "false"], run_dir)
+    cfg = deltabeast_config(env, core=core, seed=seed, steps=steps, run_dir=run_dir,
+                            flags=[*flags, "--log.return_window", str(WINDOW), "--run.resume", "false",
+                                   "--log.tensorboard", "false"])
     start = time.time()
     train(cfg)
     wall = time.time() - start
@@ -124,23 +172,11 @@ def run_sb3(algo: str, env: str, seed: int, steps: int, discount: float, observe
     try:
         from sb3_contrib import RecurrentPPO
         from stable_baselines3 import PPO
-        from stable_baselines3.common.callbacks import BaseCallback
         from stable_baselines3.common.monitor import Monitor
         from stable_baselines3.common.vec_env import DummyVecEnv
     except ImportError:
-        from agents.errors import UsageError
-
-        raise UsageError("bench peers needs sb3-contrib: pip install -e '.[peers]'") from None
+        raise missing_peers() from None
     from gymnasium import spaces
-
-    finished: list[tuple[int, float]] = []
-
-    class Episodes(BaseCallback):
-        def _on_step(self) -> bool:
-            for info in self.locals["infos"]:
-                if "episode" in info:
-                    finished.append((self.num_timesteps, float(info["episode"]["r"])))
-            return True
 
     probe = make_single_env(env, seed, 0, observe)
     box = isinstance(probe.action_space, spaces.Box)
@@ -154,12 +190,100 @@ def run_sb3(algo: str, env: str, seed: int, steps: int, discount: float, observe
         settings = {"gamma": discount, **PPO_SETTINGS}
         if algo == "recurrent_ppo":
             settings["policy_kwargs"] = {"lstm_hidden_size": PPO_LSTM}
-    model = cls(policy, vec, seed=seed, verbose=0, **settings)
+    return learn_curve(cls(policy, vec, seed=seed, verbose=0, **settings), steps)
+
+
+def missing_peers() -> Exception:
+    """The error for a run of a peer without the ``peers`` extra."""
+    from agents.errors import UsageError
+
+    return UsageError("bench peers needs sb3-contrib: pip install -e '.[peers]'")
+
+
+def learn_curve(model: Any, steps: int) -> dict[str, Any]:
+    """Train the SB3 ``model`` for ``steps`` env steps and close its envs; the curve is the windowed
+    mean of the returns that its envs' ``Monitor`` reports."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    finished: list[tuple[int, float]] = []
+
+    class Episodes(BaseCallback):
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                if "episode" in info:
+                    finished.append((self.num_timesteps, float(info["episode"]["r"])))
+            return True
+
     start = time.time()
     model.learn(total_timesteps=steps, callback=Episodes())
     wall = time.time() - start
-    vec.close()
+    model.get_env().close()
     return {"curve": windowed_curve(finished), "wall_s": wall}
+
+
+def rl_zoo_value(value: Any) -> Any:
+    """An RL Zoo setting as SB3 takes it: ``"lin_<x>"`` becomes a schedule from x down to 0 over the
+    run (SB3 calls it with the fraction of the run left, 1 to 0), anything else stays."""
+    if isinstance(value, str) and value.startswith("lin_"):
+        start = float(value.removeprefix("lin_"))
+        return lambda remaining: remaining * start
+    return value
+
+
+def make_atari_env(env_config: Any) -> Any:
+    """Gymnasium's own ALE v5 game of ``env_config`` (our env's config: :class:`envs.atari.Atari.Config`
+    or a run's ``env`` section) as SB3's PPO plays it, with our env's sticky actions, frame skip (a
+    max-pool over the last two frames), no-ops, action set and frame limit, 84x84 grey frames of
+    shape (84, 84, 1), whole games and raw rewards (the clipping and frame stack are
+    :func:`atari_vec_env`'s).
+
+    Against ``envs.make("atari")`` with sticky actions and no-ops off (tests/test_peers_atari.py,
+    200 steps of Pong through :func:`atari_vec_env`): every new frame and every reward equals ours
+    bit for bit. The frame stacks differ in the first 3 observations of a game only: SB3's
+    ``VecFrameStack`` pads them with black frames (pixel 0), where ours repeats the game's first
+    frame; so 3, 2 and 1 of the 4 frames differ (up to 179 grey levels on Pong's first frame), and
+    none from the 4th observation on. The no-ops at reset are 1 to ``noop_max`` here (Gymnasium's,
+    as SB3's ``NoopResetEnv``) against 0 to ``noop_max`` in ours."""
+    import ale_py
+    import gymnasium as gym
+
+    from envs.atari import canonical_name
+
+    gym.register_envs(ale_py)
+    env = gym.make(f"ALE/{canonical_name(env_config.game)}-v5", frameskip=1,
+                   repeat_action_probability=env_config.sticky_action_prob,
+                   full_action_space=env_config.full_action_space,
+                   max_num_frames_per_episode=env_config.max_episode_frames)
+    return gym.wrappers.AtariPreprocessing(env, noop_max=env_config.noop_max, frame_skip=env_config.frame_skip,
+                                           screen_size=84, grayscale_obs=True, grayscale_newaxis=True,
+                                           terminal_on_life_loss=False, scale_obs=False)
+
+
+def atari_vec_env(env_config: Any, *, num_envs: int) -> Any:
+    """``num_envs`` of :func:`make_atari_env` as RL Zoo's PPO learns from them: each behind a
+    ``Monitor`` (which records the raw whole-game score) and then ``ClipRewardEnv`` (the sign of
+    each reward, as RL Zoo's ``AtariWrapper``), in a ``DummyVecEnv`` behind a ``VecFrameStack`` of
+    :data:`ATARI_PPO`'s ``frame_stack`` frames (observations (num_envs, 84, 84, 4), newest last)."""
+    from stable_baselines3.common.atari_wrappers import ClipRewardEnv
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
+
+    vec = DummyVecEnv([lambda: ClipRewardEnv(Monitor(make_atari_env(env_config))) for _ in range(num_envs)])
+    return VecFrameStack(vec, n_stack=ATARI_PPO["frame_stack"])
+
+
+def run_atari_ppo(env_config: Any, *, seed: int, steps: int) -> dict[str, Any]:
+    """Train SB3's PPO at :data:`ATARI_PPO` on :func:`atari_vec_env` of ``env_config`` (DeltaBeast's
+    env config); the curve is the windowed mean of raw whole-game scores."""
+    try:
+        from stable_baselines3 import PPO
+    except ImportError:
+        raise missing_peers() from None
+    settings = {key: rl_zoo_value(value) for key, value in ATARI_PPO.items()}
+    policy, num_envs = settings.pop("policy"), settings.pop("n_envs")
+    del settings["frame_stack"]  # atari_vec_env's
+    model = PPO(policy, atari_vec_env(env_config, num_envs=num_envs), seed=seed, verbose=0, **settings)
+    return learn_curve(model, steps)
 
 
 def result_path(out: str, env: str, algo: str, seed: int, core: str | None = None) -> str:
@@ -220,10 +344,10 @@ def across_envs_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> st
     """Issue 42's score of an algorithm over a set of memory-suite envs: at each of CHECKPOINTS,
     the median across the envs of its normalised return (the median over seeds, mapped from the
     env's return range onto [0, 1]), for the rows that every env has. Envs with no declared
-    return range (the maze, ``gym:<id>``) are left out."""
+    return range (the maze, ``gym:<id>``, ``atari:<Game>``) are left out."""
     from envs.suites import suite_env
 
-    results = {env: r for env, r in results.items() if env != "maze" and not is_gym(env)}
+    results = {env: r for env, r in results.items() if in_memory_suite(env)}
     by_label: dict[str, dict[str, list[float]]] = {}
     for env, by_algo in results.items():
         low, high = suite_env(env)[1].return_range
@@ -291,6 +415,11 @@ def write_docs(table_by_doc: dict[str, str]) -> None:
         print(f"wrote the peers table into {doc}", flush=True)
 
 
+def in_memory_suite(env: str) -> bool:
+    """Whether ``env`` is a memory suite's ``<suite>/<env>`` (not the maze, ``gym:<id>`` or ``atari:<Game>``)."""
+    return env != "maze" and not is_gym(env) and not is_atari(env)
+
+
 def box_actions(env: str, observe: str) -> bool:
     """Whether ``env`` (not the maze) has a Box action space."""
     from gymnasium import spaces
@@ -304,18 +433,26 @@ def box_actions(env: str, observe: str) -> bool:
         single.close()
 
 
+def default_algos(env: str, observe: str) -> tuple[str, ...]:
+    """DeltaBeast and RecurrentPPO, with SB3's PPO on a Box-action env; DeltaBeast and SB3's PPO on Atari."""
+    if is_atari(env):
+        return ATARI_ALGOS
+    return ALGOS if box_actions(env, observe) else ALGOS[:2]
+
+
 def bench_peers(args: argparse.Namespace) -> None:
-    """Run DeltaBeast and RecurrentPPO on ``args.env`` for each seed (or only tabulate with --table)."""
+    """Run DeltaBeast and its peers on ``args.env`` for each seed (or only tabulate with --table)."""
     import torch
 
-    if args.core is None:  # the launcher config's default core: maze.yaml's, train.yaml's or memory.yaml's
-        from launch import maze, memory, train
+    from agents.errors import UsageError
 
-        args.core = (maze if args.env == "maze" else train if is_gym(args.env) else memory).load([]).core.name
+    args.core = args.core or default_core(args.env)
     flags = [*args.flags, *(["--env.observe", args.observe] if args.observe != "all" else [])]
-    discount = trial_config(Trial(args.env, args.core, 0), None, flags, args.out).loss.discount
+    config = deltabeast_config(args.env, core=args.core, seed=0, steps=None, flags=flags, run_dir=args.out)
     label = env_label(args.env, args.observe)
-    algos = args.algos or (ALGOS if box_actions(args.env, args.observe) else ALGOS[:2])
+    algos = args.algos or default_algos(args.env, args.observe)
+    if is_atari(args.env) and not set(algos) <= set(ATARI_ALGOS):
+        raise UsageError(f"--algos: Atari's peer is SB3's PPO; choose from {', '.join(ATARI_ALGOS)}")
     for seed in args.seeds if not args.table else []:
         run_dir = os.path.join(args.out, label.replace("/", "_"), f"run-{args.core}-s{seed}")
         for algo in algos:
@@ -323,8 +460,10 @@ def bench_peers(args: argparse.Namespace) -> None:
             np.random.seed(seed)
             if algo == "deltabeast":
                 result = run_deltabeast(args.env, args.core, seed, args.steps, flags, run_dir)
+            elif is_atari(args.env):
+                result = run_atari_ppo(config.env, seed=seed, steps=args.steps)
             else:
-                result = run_sb3(algo, args.env, seed, args.steps, discount, args.observe)
+                result = run_sb3(algo, args.env, seed, args.steps, config.loss.discount, args.observe)
             result.update(env=label, algo=algo, seed=seed, steps=args.steps, core=args.core, flags=flags)
             path = result_path(args.out, label, algo, seed, args.core if algo == "deltabeast" else None)
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -335,13 +474,13 @@ def bench_peers(args: argparse.Namespace) -> None:
                   flush=True)
     results = load_results(args.out)
     print(score_table(results))
-    if any(env != "maze" and not is_gym(env) for env in results):
+    if any(in_memory_suite(env) for env in results):
         print(across_envs_table(results))
     if args.plot:
         plot_curves(results, args.plot)
         print(f"wrote {args.plot}", flush=True)
     if args.docs:
-        memory = {env: r for env, r in results.items() if env != "maze"}
+        memory = {env: r for env, r in results.items() if env != "maze" and not is_atari(env)}
         maze = {env: r for env, r in results.items() if env == "maze"}
         write_docs({doc: score_table(part) for doc, part in (("docs/memory_benchmarks.md", memory),
                                                                ("docs/results.md", maze)) if part})
@@ -349,17 +488,22 @@ def bench_peers(args: argparse.Namespace) -> None:
 
 def add_parser(sub: Any) -> None:
     peers = sub.add_parser("peers", help="DeltaBeast vs sb3-contrib's RecurrentPPO (and SB3's PPO) at equal env steps")
-    peers.add_argument("--env", default="maze", help="maze, <suite>/<env> of a memory suite, or gym:<Gymnasium id>")
+    peers.add_argument("--env", default="maze",
+                       help="maze, <suite>/<env> of a memory suite, gym:<Gymnasium id>, or atari:<Game> (e.g. "
+                            "atari:Pong: DeltaBeast on launch/configs/atari_cpu.yaml, SB3's PPO at RL Zoo's Atari "
+                            "settings)")
     peers.add_argument("--core", default=None, help="DeltaBeast's core (default: its launcher config's)")
     peers.add_argument("--steps", type=int, default=1_000_000, help="env steps per run")
     peers.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     peers.add_argument("--algos", nargs="+", choices=ALGOS, default=None,
-                       help="default: deltabeast and recurrent_ppo, and ppo on a Box-action env")
+                       help="default: deltabeast and recurrent_ppo, and ppo on a Box-action env; "
+                            "deltabeast and ppo on Atari")
     peers.add_argument("--observe", choices=("all", "positions", "velocities"), default="all",
                        help="a MuJoCo env's -P or -V POMDP, for every algorithm (envs/pomdp.py)")
     peers.add_argument("--out", default="runs/peers", help="where the runs and their curves go")
     peers.add_argument("--table", action="store_true", help="only tabulate the results under --out")
-    peers.add_argument("--docs", action="store_true", help="write the table into the docs' peers sections")
+    peers.add_argument("--docs", action="store_true",
+                       help="write the table into the docs' peers sections (maze, memory and gym envs)")
     peers.add_argument("--plot", default=None, metavar="FILE", help="also plot every run's curve, a panel per env")
     peers.add_argument("--flags", nargs=argparse.REMAINDER, default=[],
                        help="more flags for DeltaBeast's launcher, e.g. --flags --optim.lr 1e-3 (last)")
