@@ -124,6 +124,9 @@ class Atari:
         """Use all 18 actions instead of the game's minimal set."""
         num_threads: int = 0
         """C++ threads of the vector env (0: one per env, up to the cores)."""
+        rgb_frames: bool = False
+        """Keep the screen in colour for :meth:`render` (evaluate.py --video): a second emulator per
+        game, seeded and stepped as the first, whose 210x160 RGB frames nothing preprocesses."""
 
     def __init__(self, num_envs: int, seed: int = 0, **options: Any) -> None:
         """``options``: the fields of :class:`Atari.Config`."""
@@ -142,15 +145,20 @@ class Atari:
         self.num_envs = int(num_envs)
         self.seed_value = int(seed)
         threads = cfg.num_threads or min(self.num_envs, os.cpu_count() or 1)
-        self._env = AtariVectorEnv(
-            rom_id(cfg.game), self.num_envs, num_threads=threads,
-            repeat_action_probability=float(cfg.sticky_action_prob),
-            frameskip=int(cfg.frame_skip), maxpool=True, stack_num=int(cfg.frame_stack),
+        emulator = dict(  # the game's dynamics; both emulators of rgb_frames take the same
+            num_threads=threads, repeat_action_probability=float(cfg.sticky_action_prob), frameskip=int(cfg.frame_skip),
             noop_max=int(cfg.noop_max) + 1 if cfg.noop_max else 0,  # ale-py draws 0..noop_max-1 no-ops; this 0..30
-            img_height=84, img_width=84, grayscale=True, max_num_frames_per_episode=int(cfg.max_episode_frames),
-            full_action_space=bool(cfg.full_action_space), episodic_life=False, life_loss_info=False,
-            reward_clipping=False, use_fire_reset=bool(cfg.fire_reset), autoreset_mode="SameStep",
-        )
+            max_num_frames_per_episode=int(cfg.max_episode_frames), full_action_space=bool(cfg.full_action_space),
+            episodic_life=False, life_loss_info=False, reward_clipping=False, use_fire_reset=bool(cfg.fire_reset),
+            autoreset_mode="SameStep")
+        self._env = AtariVectorEnv(rom_id(cfg.game), self.num_envs, maxpool=True, stack_num=int(cfg.frame_stack),
+                                   img_height=84, img_width=84, grayscale=True, **emulator)
+        # The screen's emulator: its random draws (no-ops, sticky actions) come from the same seeds
+        # in the same order, so it plays the same game (tests/test_atari.py checks it)
+        self._screen_env = AtariVectorEnv(rom_id(cfg.game), self.num_envs, maxpool=False, stack_num=1, img_height=210,
+                                          img_width=160, grayscale=False, **emulator) if cfg.rgb_frames else None
+        self._screen: np.ndarray | None = None
+        self.render_fps = 60 / int(cfg.frame_skip)  # the emulator's 60 frames/s
         self.observation_shape = (int(cfg.frame_stack), 84, 84)
         self.num_actions = int(self._env.single_action_space.n)
         self._ids = np.arange(self.num_envs)
@@ -161,6 +169,8 @@ class Atari:
         """Start a new game in every env (env i seeded with ``(seed + i) mod 2**31``); returns obs uint8 [N,4,84,84]."""
         seeds = (self.seed_value + np.arange(self.num_envs, dtype=np.int64)) % (2**31)
         obs, info = self._env.reset(seed=seeds)
+        if self._screen_env is not None:
+            self._screen = self._screen_env.reset(seed=seeds)[0][:, -1]
         self._totals.reset()
         self._check_order(info)
         self._since_reset[:] = 0
@@ -171,6 +181,12 @@ class Atari:
         actions = check_actions(actions, self.num_envs, self.num_actions)
         obs, reward, terminated, truncated, info = self._env.step(actions)
         self._check_order(info)
+        if self._screen_env is not None:  # a game's last screen, not the next one's first
+            screen, screen_reward, over, cut, screen_info = self._screen_env.step(actions)
+            if not (np.array_equal(screen_reward, reward) and np.array_equal(over, terminated)):
+                raise RuntimeError("the screen's emulator (rgb_frames) no longer plays the same game")
+            last = screen_info.get("final_obs", screen)
+            self._screen = np.where((over | cut)[:, None, None, None], last, screen)[:, -1]
         reward = np.asarray(reward, np.float32)
         done = np.logical_or(terminated, truncated)
         totals = self._totals.step(reward, done)
@@ -179,6 +195,15 @@ class Atari:
         self._since_reset = np.where(done, 0, self._since_reset + 1)
         return self._pad_with_first_frame(obs), reward, done, {**totals, "lives": np.asarray(info["lives"], np.int32),
                                                                **cut}
+
+    def render(self, index: int = 0, mode: str = "rgb_array") -> np.ndarray:
+        """Env ``index``'s screen after the last reset or step, uint8 [210, 160, 3] (the env option
+        ``rgb_frames``); where a game ended at that step, its last screen."""
+        if mode != "rgb_array":
+            raise ValueError(f"Atari renders only rgb_array, got {mode!r}")
+        if self._screen is None:
+            raise ValueError("render() needs the env option rgb_frames: true (and a reset first)")
+        return self._screen[index]
 
     def _pad_with_first_frame(self, obs: np.ndarray) -> np.ndarray:
         """``obs`` with the blank frames that ale-py stacks before a game's first frame replaced
@@ -201,6 +226,8 @@ class Atari:
 
     def close(self) -> None:
         self._env.close()
+        if self._screen_env is not None:
+            self._screen_env.close()
 
     def __enter__(self) -> Atari:
         return self

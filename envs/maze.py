@@ -222,6 +222,7 @@ class Maze:
 
     num_actions: int = NUM_ACTIONS
     observation_dtype: np.dtype = np.dtype(np.float32)
+    render_fps: float = 4.0  # a video's steps per second (evaluate.py --video)
 
     def __init__(self, num_envs: int, seed: int = 0, **options: Any) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:

@@ -280,6 +280,7 @@ def evaluate_job(job: dict[str, Any], on_game_over: Callable[[], None] | None = 
 
     import envs
     from agents.config import options as env_options
+    from envs.video import RecordedGame
 
     torch.set_num_threads(1)
     path = job["checkpoint"]
@@ -291,7 +292,13 @@ def evaluate_job(job: dict[str, Any], on_game_over: Callable[[], None] | None = 
         options["num_threads"] = options.get("num_threads") or 1
 
     def make_env(num_envs: int, seed: int) -> Any:
-        return envs.make(cfg.env.name, num_envs=num_envs, seed=seed, **options)
+        game = seed - job["seed"]  # run * envs_per_run + i: the game's number over the checkpoint's runs
+        if not job["video"] or job["video_games"] is not None and game >= job["video_games"]:
+            return envs.make(cfg.env.name, num_envs=num_envs, seed=seed, **options)
+        os.makedirs(job["video"], exist_ok=True)
+        screen = {"rgb_frames": True} if cfg.env.name == "atari" else {}
+        return RecordedGame(envs.make(cfg.env.name, num_envs=num_envs, seed=seed, **options, **screen),
+                            os.path.join(job["video"], f"game{game:03d}.mp4"))
 
     def make_policy(run: int) -> ModelPolicy:
         return ModelPolicy(model, num_envs=job["envs_per_run"] or job["episodes"], sample=job["sample"],
@@ -315,6 +322,8 @@ def samples_actions(env_name: str, sample: bool | None) -> bool:
 def evaluate(paths: list[str], args: Any) -> list[dict[str, Any]]:
     """Score every checkpoint in ``paths`` under the command line's ``args`` (:func:`load`: runs,
     episodes, sampling, workers, ...); one result dict per checkpoint (see :func:`summarize`)."""
+    import envs
+
     overrides = {} if args.max_episode_frames is None else {"max_episode_frames": args.max_episode_frames}
 
     def played(env: str) -> dict[str, Any]:
@@ -323,9 +332,13 @@ def evaluate(paths: list[str], args: Any) -> list[dict[str, Any]]:
         return {**overrides, **({"sticky_action_prob": args.sticky_action_prob} if env == "atari" else {})}
 
     infos = [describe(p) for p in paths]
+    if args.video and (silent := sorted({i["env"] for i in infos if not hasattr(envs.env_class(i["env"]), "render")})):
+        raise UsageError(f"--video: the {', '.join(silent)} env cannot draw its games (Atari and the maze can)")
     jobs = [{"checkpoint": info["checkpoint"], "run": r, "episodes": args.episodes, "envs_per_run": args.envs_per_run,
              "sample": samples_actions(info["env"], args.sample), "seed": args.seed,
-             "env_overrides": played(info["env"]), "device": args.device, "memory": args.memory}
+             "env_overrides": played(info["env"]), "device": args.device, "memory": args.memory,
+             "video": args.video and os.path.join(args.video, f"{info['game']}-{info['core']}-{info['step']}"),
+             "video_games": args.video_games}
             for info in infos for r in range(args.runs)]
     workers = max(1, min(args.workers or os.cpu_count() or 1, len(jobs)))
     progress = Progress({info["checkpoint"]: args.runs * (args.envs_per_run or args.episodes) for info in infos})
@@ -452,6 +465,11 @@ def make_parser() -> Any:
     p.add_argument("--max_episode_frames", type=int, default=None,
                    help="Override the env's frame limit, for quick checks (the protocol keeps 108000).")
     p.add_argument("--out", type=str, default="runs/eval", help="Directory for evaluation.json, .csv and .md.")
+    p.add_argument("--video", type=str, default=None, metavar="DIR",
+                   help="Write each game as an MP4: DIR/<game>-<core>-<step>/game<k>.mp4 (Atari's RGB screen, "
+                        "the maze's grid).")
+    p.add_argument("--video_games", type=int, default=None,
+                   help="With --video: only each checkpoint's first N games (run 0's first, then run 1's, ...).")
     p.add_argument("--debug", action="store_true", help="Show the full traceback of an error.")
     return p
 
@@ -473,7 +491,7 @@ def load(argv: list[str]) -> Any:
         if (value := flag_value(argv, name)) is not None and value not in allowed:
             raise ConfigError(f"--{name}: expected one of {', '.join(allowed)}; got {value!r}")
     numbers = {**dict.fromkeys(("--steps", "--runs", "--episodes", "--envs_per_run", "--workers", "--seed",
-                                "--max_episode_frames"), int), "--sticky_action_prob": float}
+                                "--max_episode_frames", "--video_games"), int), "--sticky_action_prob": float}
     for i, arg in enumerate(argv):  # every value of every number option (--steps takes several), typed
         flag, eq, text = arg.partition("=")
         if tp := numbers.get(flag):
@@ -490,11 +508,13 @@ def load(argv: list[str]) -> Any:
         raise ConfigError(" ".join(str(e).split())) from None  # the parser's message, on one line
     if not args.targets:
         raise ConfigError("missing RUN_OR_CHECKPOINT: give checkpoint files or run directories")
-    for name in ("runs", "episodes", "envs_per_run", "workers", "max_episode_frames", "steps"):
+    for name in ("runs", "episodes", "envs_per_run", "workers", "max_episode_frames", "steps", "video_games"):
         values = getattr(args, name)
         for value in values if isinstance(values, list) else [values]:
             if value is not None and value <= 0:
                 raise ConfigError(f"--{name}: must be > 0, got {value}")
+    if args.video_games is not None and args.video is None:
+        raise ConfigError("--video_games: give --video DIR too")
     if args.envs_per_run and args.episodes % args.envs_per_run:
         raise ConfigError(f"--envs_per_run: {args.envs_per_run} must divide --episodes ({args.episodes})")
     args.device = str(resolve_device(args.device, flag="--device"))
