@@ -62,10 +62,10 @@ import numpy as np
 
 from agents.run_config import TrainConfig
 from agents.tables import markdown_table
+from launch.scores import CHECKPOINTS, median_normalised_returns, seed_values
 from launch.sweep import Trial, is_gym, trial_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CHECKPOINTS = (100_000, 250_000, 500_000, 1_000_000)
 WINDOW = 100  # episodes in a mean return, for both
 PPO_SETTINGS = {"n_steps": 128, "batch_size": 128, "n_epochs": 4, "learning_rate": 3e-4, "gae_lambda": 0.95,
                 "clip_range": 0.2, "ent_coef": 0.0, "vf_coef": 0.5}
@@ -92,12 +92,6 @@ def windowed_curve(finished: list[tuple[int, float]], window: int = WINDOW) -> l
         recent = recent[-window:]
         curve.append((step, sum(recent) / len(recent)))
     return curve
-
-
-def at_step(curve: list[tuple[int, float]], step: int) -> float:
-    """The curve's value at ``step``: its last point at or before it (NaN before the first)."""
-    values = [v for s, v in curve if s <= step]
-    return values[-1] if values else math.nan
 
 
 def is_atari(env: str) -> bool:
@@ -328,11 +322,6 @@ def score_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
     return "\n".join(markdown_table(header, table))
 
 
-def seed_values(runs: list[dict[str, Any]], step: int) -> list[float]:
-    """Each run's return at ``step``, for the runs that reached it."""
-    return [at_step([tuple(p) for p in r["curve"]], step) for r in runs if r["steps"] >= step]
-
-
 def labelled_runs(by_algo: dict[str, list[dict[str, Any]]]) -> list[tuple[str, list[dict[str, Any]]]]:
     """One env's runs as (row label, runs): ``deltabeast (<core>)`` per core, then each peer."""
     cores = sorted({r["core"] for r in by_algo.get("deltabeast", [])})
@@ -345,21 +334,12 @@ def across_envs_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> st
     the median across the envs of its normalised return (the median over seeds, mapped from the
     env's return range onto [0, 1]), for the rows that every env has. Envs with no declared
     return range (the maze, ``gym:<id>``, ``atari:<Game>``) are left out."""
-    from envs.suites import suite_env
-
     results = {env: r for env, r in results.items() if in_memory_suite(env)}
-    by_label: dict[str, dict[str, list[float]]] = {}
-    for env, by_algo in results.items():
-        low, high = suite_env(env)[1].return_range
-        for name, runs in labelled_runs(by_algo):
-            medians = [statistics.median(v) if (v := seed_values(runs, step)) else math.nan for step in CHECKPOINTS]
-            by_label.setdefault(name, {})[env] = [(m - low) / (high - low) for m in medians]
+    scores = median_normalised_returns({env: dict(labelled_runs(by_algo)) for env, by_algo in results.items()},
+                                       CHECKPOINTS)
     header = ["algorithm", "envs", *(f"at {s // 1000}K" for s in CHECKPOINTS)]
-    rows = []
-    for name, by_env in by_label.items():
-        if len(by_env) == len(results):
-            values = [[row[i] for row in by_env.values() if math.isfinite(row[i])] for i in range(len(CHECKPOINTS))]
-            rows.append([name, str(len(by_env)), *(f"{statistics.median(v):.2f}" if v else "—" for v in values)])
+    rows = [[name, str(len(results)), *(f"{v:.2f}" if math.isfinite(v) else "—" for v in values)]
+            for name, values in scores.items()]
     return "\n".join(markdown_table(header, rows))
 
 

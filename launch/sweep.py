@@ -20,11 +20,15 @@ trials, each of which resumes from its own last checkpoint; a finished trial (on
 ``summary.json``) is never trained again. At the end the sweep directory holds ``results.csv``
 (one row per trial), ``results.md`` (env and variant rows × core columns, mean ± std over the
 seeds; Atari games in the layout of the papers' Tables 9 and 10) and ``curves-<env>.png`` per
-env. Ray is optional: ``pip install -e '.[ray]'``.
+env; a sweep of memory-suite envs also ``study.csv``/``.md`` and ``study.png``, its cores ranked by
+their median normalised return across the envs (the core study of issue 74:
+``--config launch/configs/study.yaml``). Ray is optional: ``pip install -e '.[ray]'``.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fcntl
 import itertools
 import json
 import math
@@ -37,7 +41,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Literal, Optional, Union
+from typing import Any, Callable, Iterator, Literal, Optional, Union
 
 from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
@@ -60,14 +64,17 @@ from agents.run_config import TrainConfig, directory_name
 from envs import suites
 from envs.suites import SuiteEnv
 from fastnet import CORES
+from launch.scores import CHECKPOINTS, median_normalised_returns
 
 DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "sweep.yaml")
 CoreName = Literal[tuple(CORES)]
-GRID_KEYS = ("envs", "cores", "seeds", "total_steps", "train_flags", "variants")  # what a resumed sweep keeps
+# what a resumed sweep keeps
+GRID_KEYS = ("envs", "cores", "seeds", "total_steps", "train_flags", "variants", "env_presets")
 REPORTED = ("sps", "mean_return", "episodes", "loss")  # the log columns reported to Tune
 REPORT_EVERY_S = 2.0  # at most one report per trial this often: a maze run makes ~50 updates/s
 SUMMARY_NAME = "summary.json"  # in a trial's run directory once it has finished
 CSV_FIELDS = ("env", "core", "variant", "seed", "steps", "mean_return", "metric", "score", "sps", "run_dir")
+STUDY_NAME = "study"  # study.csv, study.md and study.png: the cores ranked across the memory-suite envs
 
 
 @dataclass
@@ -90,12 +97,16 @@ class SweepConfig:
     """Flags for every trial's launcher (launch/maze.py, launch/atari.py); on the command line: all after --."""
     variants: dict[str, list[Union[bool, int, float, str]]] = field(default_factory=dict)
     """Launcher settings to vary: every combination of their values is a variant ({optim.lr: [1e-3, 2e-3]})."""
+    env_presets: bool = True
+    """Apply memory.yaml's per-env presets (presets.env) to memory-suite trials; false: its defaults, core swapped."""
     cpus_per_trial: PositiveFloat = 3.0
     """CPUs Ray reserves for each trial (its learner and actor.num_actors actor processes)."""
     gpus_per_trial: NonNegativeFloat = 0.0
     """GPUs Ray reserves for each trial (for a learner on cuda)."""
     max_concurrent: NonNegativeInt = 0
     """Trials that run at once at most (0: as many as the reserved resources allow)."""
+    pin_cpus: list[NonNegativeInt] = field(default_factory=list)
+    """CPUs to pin trials to, a free one each for its learner and actors (max_concurrent at most as many); []: none."""
     ray_address: str = "auto"
     """Ray cluster: auto (a running one, else start one here), local (always start one here), or host:port."""
 
@@ -142,6 +153,9 @@ def load(argv: list[str]) -> SweepConfig:
         values = getattr(cfg, key)
         check(len(values) > 0, f"--{key}", "the grid needs at least one value")
         check(len(set(values)) == len(values), f"--{key}", f"a value is listed twice: {values}")
+    check(len(set(cfg.pin_cpus)) == len(cfg.pin_cpus), "--pin_cpus", f"a CPU is listed twice: {cfg.pin_cpus}")
+    check(not cfg.pin_cpus or 0 < cfg.max_concurrent <= len(cfg.pin_cpus), "--max_concurrent",
+          f"with --pin_cpus, at most one trial per pinned CPU runs at once: 1 to {len(cfg.pin_cpus)}")
     cfg.envs = [env_name(env) for env in cfg.envs]
     return cfg
 
@@ -167,6 +181,11 @@ def is_gym(env: str) -> bool:
     return env.startswith("gym:")
 
 
+def is_suite_env(env: str) -> bool:
+    """Whether a sweep env is a memory suite's ``<suite>/<env>``, a run of launch/memory.py's config."""
+    return "/" in env and not is_gym(env)
+
+
 def suite_env(env: str) -> tuple[str, SuiteEnv]:
     """(suite, its entry) of ``<suite>/<env>`` (:func:`envs.suites.suite_env`); ConfigError if there is none."""
     try:
@@ -190,8 +209,10 @@ def grid(cfg: SweepConfig) -> list[Trial]:
             for seed in cfg.seeds]
 
 
-def trial_config(trial: Trial, total_steps: int | None, train_flags: list[str], run_dir: str) -> TrainConfig:
-    """The training config of one trial, from its launcher's defaults and flags (ConfigError for bad flags)."""
+def trial_config(trial: Trial, total_steps: int | None, train_flags: list[str], run_dir: str, *,
+                 env_presets: bool = True) -> TrainConfig:
+    """The training config of one trial, from its launcher's defaults and flags (ConfigError for bad
+    flags); a memory-suite env's takes memory.yaml's preset for the env only with ``env_presets``."""
     from launch import atari, maze, memory, train
 
     argv = [*train_flags, *trial.flags, "--core", trial.core, "--seed", str(trial.seed), "--run_dir", run_dir]
@@ -203,7 +224,7 @@ def trial_config(trial: Trial, total_steps: int | None, train_flags: list[str], 
         return train.load([*argv, "--env.id", trial.env.removeprefix("gym:")])
     if "/" in trial.env:
         suite, entry = suite_env(trial.env)
-        return memory.env_config(memory.load(argv, entry.name), suite, entry)
+        return memory.env_config(memory.load(argv, entry.name if env_presets else None), suite, entry)
     return atari.load([*argv, "--game", trial.env])
 
 
@@ -212,7 +233,7 @@ def trial_score(trial: Trial, run_dir: str) -> tuple[str, float]:
     from launch import memory
 
     rows = read_csv(os.path.join(run_dir, CSV_NAME))
-    if "/" in trial.env and not is_gym(trial.env):
+    if is_suite_env(trial.env):
         return memory.score(*suite_env(trial.env), rows)
     return "mean return", rows[-1]["mean_return"] if rows else math.nan
 
@@ -237,9 +258,9 @@ def log_sps(run_dir: str) -> float:
 
 # ---------------------------------------------------------------- one trial (in a Ray worker)
 
-def run_trial(config: dict[str, Any]) -> None:
-    """Tune's trainable: train the trial ``config`` describes in a child process and report its
-    log rows, then its summary, to Tune.
+def run_trial(config: dict[str, Any], pin_cpus: list[int]) -> None:
+    """Tune's trainable: train the trial ``config`` describes in a child process (on one of
+    ``pin_cpus`` if any: :func:`pinned`) and report its log rows, then its summary, to Tune.
 
     The training runs in a process of its own because train() handles SIGINT/SIGTERM, which only
     a main thread can (Tune calls this in a thread); the process stops (with a checkpoint) when
@@ -248,7 +269,7 @@ def run_trial(config: dict[str, Any]) -> None:
 
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
-    process = context.Process(target=trial_process, args=(config, sender, os.getpid()),
+    process = context.Process(target=trial_process, args=(config, sender, os.getpid(), pin_cpus),
                               name=Trial.from_config(config).name)
     process.start()
     sender.close()
@@ -270,10 +291,11 @@ def run_trial(config: dict[str, Any]) -> None:
     tune.report(summary)
 
 
-def trial_process(config: dict[str, Any], sender: Connection, parent: int) -> None:
+def trial_process(config: dict[str, Any], sender: Connection, parent: int, pin_cpus: list[int]) -> None:
     """The training process of a trial, started by the Ray worker ``parent``: train (unless its
-    run directory holds a summary already), write ``summary.json``, and send ("update", metrics)
-    at most every ``REPORT_EVERY_S``, then ("done", summary) or ("error", message)."""
+    run directory holds a summary already) on one of ``pin_cpus`` if any, write ``summary.json``,
+    and send ("update", metrics) at most every ``REPORT_EVERY_S``, then ("done", summary) or
+    ("error", message)."""
     if sys.platform == "linux":  # SIGTERM when the Ray worker's thread that started us ends
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
     if os.getppid() != parent:  # the worker died before that
@@ -284,7 +306,8 @@ def trial_process(config: dict[str, Any], sender: Connection, parent: int) -> No
     try:
         summary = read_summary(run_dir)
         if summary is None:
-            cfg = trial_config(trial, config["total_steps"], config["train_flags"], run_dir)
+            cfg = trial_config(trial, config["total_steps"], config["train_flags"], run_dir,
+                               env_presets=config.get("env_presets", True))  # a sweep started before the key: True
             last_report = [-math.inf]
 
             def report(step: int, metrics: dict[str, float]) -> None:
@@ -292,7 +315,8 @@ def trial_process(config: dict[str, Any], sender: Connection, parent: int) -> No
                     last_report[0] = time.monotonic()
                     sender.send(("update", {"step": step, **{k: float(metrics[k]) for k in REPORTED if k in metrics}}))
 
-            result = train(cfg, on_update=report)
+            with pinned(pin_cpus, lock_dir=config["sweep_dir"]):
+                result = train(cfg, on_update=report)
             if result["step"] < cfg.run.total_steps:  # stopped by a signal: not finished
                 raise RunFailure(f"training stopped at step {result['step']:,} of {cfg.run.total_steps:,}")
             metric, score = trial_score(trial, run_dir)
@@ -310,6 +334,27 @@ def trial_process(config: dict[str, Any], sender: Connection, parent: int) -> No
         raise SystemExit(1) from None
 
 
+@contextlib.contextmanager
+def pinned(cpus: list[int], *, lock_dir: str) -> Iterator[None]:
+    """Run the block pinned to one of ``cpus`` that no other trial holds, with the processes it starts
+    (they inherit the affinity): it holds ``<lock_dir>/cpu-<n>.lock`` (an flock, which ends with
+    the block or with the process), waiting for one to free if none is. Without ``cpus``, unpinned."""
+    if not cpus:
+        yield
+        return
+    while True:
+        for cpu in cpus:
+            with open(os.path.join(lock_dir, f"cpu-{cpu}.lock"), "a") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                os.sched_setaffinity(0, {cpu})
+                yield
+                return
+        time.sleep(1.0)
+
+
 # ---------------------------------------------------------------- the sweep (the driver)
 
 def run(argv: list[str]) -> list[dict[str, Any]]:
@@ -318,7 +363,7 @@ def run(argv: list[str]) -> list[dict[str, Any]]:
     sweep_dir = os.path.abspath(cfg.dir.format(name=cfg.name))
     trials = grid(cfg)
     for trial in trials:  # bad flags are a config error now, not a failed trial later
-        trial_config(trial, cfg.total_steps, cfg.train_flags, trial_dir(sweep_dir, trial))
+        trial_config(trial, cfg.total_steps, cfg.train_flags, trial_dir(sweep_dir, trial), env_presets=cfg.env_presets)
     try:
         import ray
         from ray import tune
@@ -344,6 +389,7 @@ def run(argv: list[str]) -> list[dict[str, Any]]:
     if results:
         write_results(results, sweep_dir, cfg.name)
         plot_curves(results, sweep_dir)
+        write_study(results, sweep_dir, cfg.name)
     unfinished = [t for t in trials if read_summary(trial_dir(sweep_dir, t)) is None]
     if unfinished:
         names = ", ".join(t.name + (f" ({errors[t]})" if t in errors else "") for t in unfinished)
@@ -365,7 +411,8 @@ def check_same_sweep(cfg: SweepConfig, sweep_dir: str) -> None:
         os.makedirs(sweep_dir, exist_ok=True)
         save_yaml(cfg, path)
         return
-    saved, current = load_yaml(path), to_dict(cfg)
+    saved = {**to_dict(SweepConfig()), **load_yaml(path)}  # a key newer than the file: its default
+    current = to_dict(cfg)
     changed = [f"{key} (was {saved.get(key)}, now {current[key]})"
                for key in GRID_KEYS if saved.get(key) != current[key]]
     check(not changed, "--dir", f"{sweep_dir} holds a sweep of another grid: {'; '.join(changed)}; "
@@ -376,7 +423,7 @@ def make_tuner(cfg: SweepConfig, sweep_dir: str, tune: Any) -> Any:
     """The Tune experiment of the sweep in ``<sweep_dir>/tune``: restored if it exists (its
     finished trials stay finished), else a new one."""
     resources = {"cpu": cfg.cpus_per_trial, "gpu": cfg.gpus_per_trial}
-    trainable = tune.with_resources(run_trial, resources)
+    trainable = tune.with_resources(tune.with_parameters(run_trial, pin_cpus=cfg.pin_cpus), resources)
     experiment = os.path.join(sweep_dir, "tune")
     if tune.Tuner.can_restore(experiment):
         print(f"resuming the sweep in {sweep_dir}", flush=True)
@@ -384,7 +431,8 @@ def make_tuner(cfg: SweepConfig, sweep_dir: str, tune: Any) -> Any:
     param_space = {"env": tune.grid_search(cfg.envs), "core": tune.grid_search(cfg.cores),
                    "variant": tune.grid_search([list(map(list, v)) for v in variants(cfg)]),
                    "seed": tune.grid_search(cfg.seeds), "total_steps": cfg.total_steps,
-                   "train_flags": cfg.train_flags, "cwd": os.getcwd(), "sweep_dir": sweep_dir}
+                   "train_flags": cfg.train_flags, "env_presets": cfg.env_presets, "cwd": os.getcwd(),
+                   "sweep_dir": sweep_dir}
     print(f"sweep of {len(grid(cfg))} trials in {sweep_dir}", flush=True)
     return tune.Tuner(trainable, param_space=param_space,
                       tune_config=tune.TuneConfig(max_concurrent_trials=cfg.max_concurrent or None, reuse_actors=True,
@@ -515,6 +563,95 @@ def plot_curves(results: list[dict[str, Any]], sweep_dir: str) -> None:
     for env in dict.fromkeys(r["env"] for r in results):
         runs = [r["run_dir"] for r in results if r["env"] == env]
         plot(runs, ["mean_return", "sps"], os.path.join(sweep_dir, f"curves-{env.replace('/', '_')}.png"), title=env)
+
+
+def study_rows(results: list[dict[str, Any]]) -> tuple[list[int], list[dict[str, Any]]]:
+    """(checkpoints, rows) of the core study over the finished trials on memory-suite envs: per core
+    (and variant), best first at the last checkpoint, the median across the envs of its normalised
+    return at each checkpoint (:func:`launch.scores.median_normalised_returns`: per env the median
+    over the seeds, with two seeds their mean, of the mean return each trial logged at or just
+    before the step) and the median SPS of its trials. The checkpoints are those of
+    :data:`launch.scores.CHECKPOINTS` short of the trials' budget, then the budget. A core is ranked
+    once it has a finished trial on every env that has one. No memory-suite trials: ([], [])."""
+    suite_results = [r for r in results if is_suite_env(r["env"])]
+    if not suite_results:
+        return [], []
+    budget = min(r["total_steps"] for r in suite_results)
+    checkpoints = [step for step in CHECKPOINTS if step < budget] + [budget]
+    runs_by_env: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    sps_by_label: dict[str, list[float]] = {}
+    for r in suite_results:
+        label = r["core"] + (f" · {r['variant']}" if r.get("variant") else "")
+        log = read_csv(os.path.join(r["run_dir"], CSV_NAME))
+        curve = [(row["step"], row["mean_return"]) for row in log if math.isfinite(row.get("mean_return", math.nan))]
+        runs_by_env.setdefault(r["env"], {}).setdefault(label, []).append({"curve": curve, "steps": r["steps"]})
+        sps_by_label.setdefault(label, []).append(r["sps"])
+    rows = []
+    for label, scores in median_normalised_returns(runs_by_env, checkpoints).items():
+        sps = [v for v in sps_by_label[label] if math.isfinite(v)]
+        rows.append({"core": label, "envs": len(runs_by_env), **dict(zip(map(step_label, checkpoints), scores)),
+                     "sps": statistics.median(sps) if sps else math.nan})
+    last = step_label(checkpoints[-1])
+    rows.sort(key=lambda row: -row[last] if math.isfinite(row[last]) else math.inf)
+    return checkpoints, [{"rank": rank, **row} for rank, row in enumerate(rows, 1)]
+
+
+def step_label(step: int) -> str:
+    """A checkpoint's column in the study's tables: ``100K``, ``12.5K``."""
+    return f"{step / 1000:g}K"
+
+
+def write_study(results: list[dict[str, Any]], sweep_dir: str, name: str) -> None:
+    """``study.csv``, ``study.md`` and ``study.png`` in the sweep directory: :func:`study_rows` as
+    tables and as a plot; nothing without finished trials on memory-suite envs."""
+    checkpoints, rows = study_rows(results)
+    if not rows:
+        return
+    envs = sorted({r["env"] for r in results if is_suite_env(r["env"])})
+    seeds = sorted({r["seed"] for r in results if is_suite_env(r["env"])})
+    ranked = {row["core"] for row in rows}
+    unranked = sorted({r["core"] for r in results if is_suite_env(r["env"])} - ranked)
+    columns = [step_label(step) for step in checkpoints]
+    lines = [f"# Study {name}: the cores ranked", "",
+             f"Per core, best first at {columns[-1]} steps: the median across the {len(envs)} envs below of its "
+             "normalised return (per env, the median over seeds "
+             f"{', '.join(map(str, seeds))} of the mean return logged at or just before the step, mapped from the "
+             "env's return range in envs/suites.py onto [0, 1]) and the median steps per second of its trials.", "",
+             *tables.markdown_table(["rank", "core", "envs", *(f"at {c}" for c in columns), "steps/s"],
+                                    ([row["rank"], row["core"], row["envs"],
+                                      *(f"{row[c]:.2f}" if math.isfinite(row[c]) else "—" for c in columns),
+                                      f"{row['sps']:,.0f}"] for row in rows), numbers=True), "",
+             f"Envs: {', '.join(envs)}.", ""]
+    if unranked:
+        lines += [f"Not on every env yet, so not ranked: {', '.join(unranked)}.", ""]
+    tables.write_results(sweep_dir, STUDY_NAME, rows=rows, fields=["rank", "core", "envs", *columns, "sps"],
+                         markdown="\n".join(lines))
+    plot_study(columns, rows, os.path.join(sweep_dir, f"{STUDY_NAME}.png"), title=f"{name}: {len(envs)} envs")
+
+
+def plot_study(columns: list[str], rows: list[dict[str, Any]], path: str, *, title: str) -> None:
+    """The cores ranked, best at the top: a bar of each one's median normalised return at the last
+    checkpoint, a marker at each earlier one, and its steps per second beside its name."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 1.5 + 0.4 * len(rows)))
+    positions = range(len(rows))
+    ax.barh(positions, [row[columns[-1]] for row in rows], color="C0", alpha=0.7, label=f"at {columns[-1]}")
+    for i, column in enumerate(columns[:-1]):
+        ax.plot([row[column] for row in rows], positions, "os^v"[i % 4], color=f"C{i + 1}", label=f"at {column}")
+    ax.set_yticks(positions, [f"{row['core']} ({row['sps']:,.0f}/s)" for row in rows])
+    ax.invert_yaxis()
+    ax.set_xlim(right=1.0)  # the top of every env's return range
+    ax.set(xlabel="median normalised return across the envs", title=title)
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    print(f"wrote {path}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:

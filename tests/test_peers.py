@@ -11,6 +11,7 @@ import pytest
 
 from envs.maze import MazeEnv
 from launch import peers
+from launch.scores import at_step
 
 TINY = ["--actor.num_actors", "1", "--actor.envs_per_actor", "8", "--learner.batch_size", "8",
         "--actor.unroll_length", "10", "--env.episode_length", "20", "--core.hidden_size", "16",
@@ -24,9 +25,9 @@ def test_windowed_curve_is_the_mean_of_the_last_window_returns():
 
 def test_at_step_takes_the_last_point_at_or_before_the_step():
     curve = [(10, 1.0), (20, 2.0), (30, 4.0)]
-    assert peers.at_step(curve, 25) == 2.0
-    assert peers.at_step(curve, 30) == 4.0
-    assert math.isnan(peers.at_step(curve, 9))
+    assert at_step(curve, 25) == 2.0
+    assert at_step(curve, 30) == 4.0
+    assert math.isnan(at_step(curve, 9))
 
 
 def result(env: str, algo: str, seed: int, curve: list[tuple[int, float]], wall_s: float, core: str = "lstm") -> dict:
