@@ -50,8 +50,8 @@ class RecordingPolicy:
                  rows: np.ndarray) -> np.ndarray:
         # copies (np.array): an env may reuse its arrays
         inputs = tuple(torch.from_numpy(np.array(x)) for x in (obs, reward, action, done))
-        chosen, logits = act_on_rows(self.model, self.state, rows, [x.to(self.device) for x in inputs], sample=True,
-                                     generator=self.generator)
+        chosen, logits, self.state = act_on_rows(self.model, self.state, rows, [x.to(self.device) for x in inputs],
+                                                 sample=True, generator=self.generator)
         chosen = chosen.cpu()
         self.records.append((inputs, logits.float().cpu(), chosen, rows.copy()))
         return chosen.numpy()
@@ -69,7 +69,8 @@ def replay(model, records: list, *, games: int, device: torch.device) -> list[to
     out = []
     for inputs, _, _, rows in records:
         if (mine := rows < games).any():
-            _, logits = act_on_rows(model, state, rows[mine], [x[mine].to(device) for x in inputs], sample=False)
+            _, logits, state = act_on_rows(model, state, rows[mine], [x[mine].to(device) for x in inputs],
+                                           sample=False)
             out.append(logits.float().cpu())
     return out
 

@@ -129,19 +129,17 @@ def summarize(runs: list[dict[str, list]], ddof: int = 0) -> dict[str, Any]:
 MEMORY_ABLATIONS = ("full", "no_core_state", "none")
 
 
-def act_on_rows(model: Any, state: tuple, rows: np.ndarray, inputs: list, **act: Any) -> Any:
-    """``model.act(*inputs, ...)`` for the envs ``rows`` of a batch whose core ``state`` holds
-    every env's (batch first): their rows of the state are read and then updated in place.
-    Returns the actions and logits of those envs."""
+def act_on_rows(model: Any, state: tuple, rows: np.ndarray, inputs: list, **act: Any) -> tuple[Any, Any, tuple]:
+    """``model.act(*inputs, ...)`` for the envs ``rows`` (sorted) of a batch whose core ``state``
+    holds every env's (batch first). Returns those envs' actions and logits, and the batch's state
+    with their rows stepped and the others' as they were."""
     import torch
 
-    every = rows.size == state[0].shape[0] if state else True
-    index = torch.from_numpy(rows).to(state[0].device) if state and not every else None
-    mine = state if index is None else tuple(s[index] for s in state)
-    chosen, logits, mine = model.act(*inputs, mine, **act)
-    for whole, part in zip(state, mine):
-        whole.copy_(part) if index is None else whole.index_copy_(0, index, part)
-    return chosen, logits
+    if not state or rows.size == state[0].shape[0]:  # every env: the state as it is
+        return model.act(*inputs, state, **act)
+    index = torch.from_numpy(rows).to(state[0].device)
+    chosen, logits, mine = model.act(*inputs, tuple(s[index] for s in state), **act)
+    return chosen, logits, tuple(whole.index_copy(0, index, part) for whole, part in zip(state, mine))
 
 
 class ModelPolicy:
@@ -178,7 +176,8 @@ class ModelPolicy:
         elif self.memory == "none":
             done = np.ones_like(done)
         inputs = [self.torch.from_numpy(x).to(self.device) for x in (obs, reward, action, done)]
-        chosen, _ = act_on_rows(self.model, self.state, rows, inputs, sample=self.sample, generator=self.generator)
+        chosen, _, self.state = act_on_rows(self.model, self.state, rows, inputs, sample=self.sample,
+                                            generator=self.generator)
         return chosen.cpu().numpy()
 
 

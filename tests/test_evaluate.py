@@ -137,7 +137,7 @@ def test_acting_on_some_rows_leaves_the_others_state_alone():
         rows = np.array(rows)
         before = [s.clone() for s in state]
         inputs = [obs[t][rows], zero_r[rows], zero_a[rows], torch.tensor([t == 0] * len(rows))]
-        _, logits = evaluate.act_on_rows(model, state, rows, inputs, sample=False)
+        _, logits, state = evaluate.act_on_rows(model, state, rows, inputs, sample=False)
         for k, i in enumerate(rows):
             got[int(i)].append(logits[k])
         for s, b in zip(state, before):
