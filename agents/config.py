@@ -38,7 +38,8 @@ def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], def
 
     ``selectors`` maps each dotted key whose value decides its section's type (``"core.name"``)
     to the valid values; ``names`` maps each such section (``"core"``) to the chosen one. ``presets``
-    names more presets to apply before the selectors' (``{"env": "CountRecallEasy"}``).
+    names more presets to apply before the selectors' (``{"env": "CountRecallEasy"}``); one may
+    choose a selector's value (``presets.actions.continuous``' core), below the file and the flags.
     ``short_flags`` maps short flags to dotted keys (``{"--total_steps": "run.total_steps"}``). The
     schema's ``renamed`` (a class attribute, if it has one) maps keys of older versions to their
     names now, in flags and files. ``--help`` and ``--print_config`` print and raise
@@ -50,11 +51,12 @@ def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], def
     user_path = flag_value(argv, "config")
     user = load_yaml(user_path) if user_path is not None else {}
     names, fields, selectors = {}, {}, selectors or {}
+    preset = deep_merge(apply_presets(defaults, presets or {}), apply_presets(user, presets or {}))  # may choose a core
     for key, choices in selectors.items():
         section, _, fields[section] = key.rpartition(".")
         name = flag_value(argv, key)
         if name is None:
-            name = (deep_merge(defaults, user).get(section) or {}).get(fields[section])
+            name = (preset.get(section) or {}).get(fields[section])
         kind = section if fields[section] == "name" else fields[section]  # a core by its section, a stem by its key
         if problem := unknown_choice(name, choices, kind=kind):
             raise ConfigError(f"--{key}: {problem}")

@@ -47,6 +47,10 @@ and ``gym:<id>`` envs) or docs/results.md (the maze), from every result under ``
 Atari's. For memory envs a second table gives each row's median across the envs of its
 normalised return (issue 42's score of a recipe over a set of envs), and ``--plot FILE`` draws
 every run's curve, a panel per env.
+
+The same command again goes on where it stopped: a run whose result file exists is kept (remove
+it to run again), a peer's run goes on from its save of the last 10 minutes (:func:`learn_curve`;
+RecurrentPPO takes ~4.5 CPU-hours per 1M steps on MuJoCo), and a DeltaBeast run starts again.
 """
 from __future__ import annotations
 
@@ -73,6 +77,7 @@ PPO_ENVS = 16
 PPO_LSTM = 128
 ALGOS = ("deltabeast", "recurrent_ppo", "ppo")
 ATARI_ALGOS = ("deltabeast", "ppo")
+SAVE_EVERY_S = 600.0  # a peer's run saves itself this often (learn_curve), to go on after a kill
 BOX_ENVS = 1  # the peers' envs on a Box-action env: their documented single-env defaults
 ATARI_CONFIG = os.path.join(ROOT, "launch", "configs", "atari_cpu.yaml")  # DeltaBeast's Atari recipe on a CPU
 # SB3's PPO on Atari as RL Zoo runs it: the ``atari`` entry of rl-baselines3-zoo's hyperparams/ppo.yml
@@ -109,12 +114,15 @@ def deltabeast_config(env: str, *, core: str, seed: int, steps: int | None, flag
 
 
 def default_core(env: str) -> str:
-    """The core of ``env``'s launcher config: maze.yaml's, train.yaml's, memory.yaml's or atari_cpu.yaml's."""
+    """The core of ``env``'s launcher config: maze.yaml's, train.yaml's (its continuous preset's on
+    Box actions), memory.yaml's or atari_cpu.yaml's."""
     from launch import atari, maze, memory, train
 
     if is_atari(env):
         return atari.load(["--config", ATARI_CONFIG]).core.name
-    return (maze if env == "maze" else train if is_gym(env) else memory).load([]).core.name
+    if is_gym(env):
+        return train.load(["--env.id", env.removeprefix("gym:")]).core.name
+    return (maze if env == "maze" else memory).load([]).core.name
 
 
 def run_deltabeast(env: str, core: str, seed: int, steps: int, flags: list[str], run_dir: str) -> dict[str, Any]:
@@ -159,10 +167,12 @@ def env_label(env: str, observe: str) -> str:
     return env if observe == "all" else f"{env}-{observe[0].upper()}"
 
 
-def run_sb3(algo: str, env: str, seed: int, steps: int, discount: float, observe: str = "all") -> dict[str, Any]:
+def run_sb3(algo: str, env: str, seed: int, steps: int, discount: float, observe: str = "all", *,
+            save_to: str | None = None) -> dict[str, Any]:
     """Train Stable-Baselines3's PPO (``algo`` "ppo") or sb3-contrib's RecurrentPPO on ``env``; the
-    curve is the windowed mean over its episodes. Box actions: the class defaults on one env;
-    otherwise the settings of the module docstring (16 envs, DeltaBeast's discount)."""
+    curve is the windowed mean over its episodes; ``save_to`` as :func:`learn_curve`'s. Box actions:
+    the class defaults on one env; otherwise the settings of the module docstring (16 envs,
+    DeltaBeast's discount)."""
     try:
         from sb3_contrib import RecurrentPPO
         from stable_baselines3 import PPO
@@ -184,7 +194,7 @@ def run_sb3(algo: str, env: str, seed: int, steps: int, discount: float, observe
         settings = {"gamma": discount, **PPO_SETTINGS}
         if algo == "recurrent_ppo":
             settings["policy_kwargs"] = {"lstm_hidden_size": PPO_LSTM}
-    return learn_curve(cls(policy, vec, seed=seed, verbose=0, **settings), steps)
+    return learn_curve(cls(policy, vec, seed=seed, verbose=0, **settings), steps, save_to=save_to)
 
 
 def missing_peers() -> Exception:
@@ -194,12 +204,36 @@ def missing_peers() -> Exception:
     return UsageError("bench peers needs sb3-contrib: pip install -e '.[peers]'")
 
 
-def learn_curve(model: Any, steps: int) -> dict[str, Any]:
+def learn_curve(model: Any, steps: int, *, save_to: str | None = None,
+                save_every_s: float = SAVE_EVERY_S) -> dict[str, Any]:
     """Train the SB3 ``model`` for ``steps`` env steps and close its envs; the curve is the windowed
-    mean of the returns that its envs' ``Monitor`` reports."""
+    mean of the returns that its envs' ``Monitor`` reports.
+
+    With ``save_to`` (a path without its extension), the model (``<save_to>.zip``: weights,
+    optimiser, step count) and the episodes and wall time so far (``<save_to>.json``) are saved,
+    each atomically, at the end of the first rollout past every ``save_every_s`` seconds; a run that
+    finds them goes on from there, and removes them when it ends. A resumed run's envs start new
+    episodes (the ones in progress at the save are lost) and its random streams are new, so its
+    numbers differ from an unbroken run's as another seed's would; its result lists the steps it
+    resumed at (``resumed_at``)."""
     from stable_baselines3.common.callbacks import BaseCallback
 
     finished: list[tuple[int, float]] = []
+    wall_before, resumed_at = 0.0, []
+    if save_to is not None and os.path.exists(save_to + ".json"):
+        with open(save_to + ".json") as f:
+            saved = json.load(f)
+        model = type(model).load(save_to + ".zip", env=model.get_env(), device=model.device)  # learn() resets the envs
+        finished = [(int(step), float(ret)) for step, ret in saved["finished"] if step <= model.num_timesteps]
+        wall_before, resumed_at = saved["wall_s"], [*saved["resumed_at"], model.num_timesteps]
+    start = last_save = time.time()
+
+    def save() -> None:
+        model.save(save_to + ".tmp.zip")
+        os.replace(save_to + ".tmp.zip", save_to + ".zip")
+        with open(save_to + ".tmp.json", "w") as f:
+            json.dump({"finished": finished, "wall_s": wall_before + time.time() - start, "resumed_at": resumed_at}, f)
+        os.replace(save_to + ".tmp.json", save_to + ".json")
 
     class Episodes(BaseCallback):
         def _on_step(self) -> bool:
@@ -208,11 +242,19 @@ def learn_curve(model: Any, steps: int) -> dict[str, Any]:
                     finished.append((self.num_timesteps, float(info["episode"]["r"])))
             return True
 
-    start = time.time()
-    model.learn(total_timesteps=steps, callback=Episodes())
-    wall = time.time() - start
+        def _on_rollout_end(self) -> None:
+            nonlocal last_save
+            if save_to is not None and time.time() - last_save >= save_every_s:
+                save()
+                last_save = time.time()
+
+    model.learn(total_timesteps=steps - model.num_timesteps, callback=Episodes(), reset_num_timesteps=not resumed_at)
+    wall = wall_before + time.time() - start
     model.get_env().close()
-    return {"curve": windowed_curve(finished), "wall_s": wall}
+    for leftover in ([save_to + ".zip", save_to + ".json"] if save_to is not None else []):
+        if os.path.exists(leftover):
+            os.remove(leftover)
+    return {"curve": windowed_curve(finished), "wall_s": wall, "resumed_at": resumed_at}
 
 
 def rl_zoo_value(value: Any) -> Any:
@@ -266,9 +308,9 @@ def atari_vec_env(env_config: Any, *, num_envs: int) -> Any:
     return VecFrameStack(vec, n_stack=ATARI_PPO["frame_stack"])
 
 
-def run_atari_ppo(env_config: Any, *, seed: int, steps: int) -> dict[str, Any]:
+def run_atari_ppo(env_config: Any, *, seed: int, steps: int, save_to: str | None = None) -> dict[str, Any]:
     """Train SB3's PPO at :data:`ATARI_PPO` on :func:`atari_vec_env` of ``env_config`` (DeltaBeast's
-    env config); the curve is the windowed mean of raw whole-game scores."""
+    env config); the curve is the windowed mean of raw whole-game scores; ``save_to`` as :func:`learn_curve`'s."""
     try:
         from stable_baselines3 import PPO
     except ImportError:
@@ -277,7 +319,7 @@ def run_atari_ppo(env_config: Any, *, seed: int, steps: int) -> dict[str, Any]:
     policy, num_envs = settings.pop("policy"), settings.pop("n_envs")
     del settings["frame_stack"]  # atari_vec_env's
     model = PPO(policy, atari_vec_env(env_config, num_envs=num_envs), seed=seed, verbose=0, **settings)
-    return learn_curve(model, steps)
+    return learn_curve(model, steps, save_to=save_to)
 
 
 def result_path(out: str, env: str, algo: str, seed: int, core: str | None = None) -> str:
@@ -290,7 +332,7 @@ def load_results(out: str) -> dict[str, dict[str, list[dict[str, Any]]]]:
     found: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for directory, _, files in os.walk(out):
         for name in sorted(files):
-            if name.endswith(".json"):
+            if name.endswith(".json") and not name.endswith(".partial.json"):  # a peer's save (learn_curve)
                 with open(os.path.join(directory, name)) as f:
                     r = json.load(f)
                 found.setdefault(r["env"], {}).setdefault(r["algo"], []).append(r)
@@ -436,19 +478,24 @@ def bench_peers(args: argparse.Namespace) -> None:
     for seed in args.seeds if not args.table else []:
         run_dir = os.path.join(args.out, label.replace("/", "_"), f"run-{args.core}-s{seed}")
         for algo in algos:
+            path = result_path(args.out, label, algo, seed, args.core if algo == "deltabeast" else None)
+            if os.path.exists(path):
+                print(f"{label} {algo} seed {seed}: kept ({path}; remove it to run again)", flush=True)
+                continue
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            save_to = path.removesuffix(".json") + ".partial"
             torch.manual_seed(seed)
             np.random.seed(seed)
             if algo == "deltabeast":
                 result = run_deltabeast(args.env, args.core, seed, args.steps, flags, run_dir)
             elif is_atari(args.env):
-                result = run_atari_ppo(config.env, seed=seed, steps=args.steps)
+                result = run_atari_ppo(config.env, seed=seed, steps=args.steps, save_to=save_to)
             else:
-                result = run_sb3(algo, args.env, seed, args.steps, config.loss.discount, args.observe)
+                result = run_sb3(algo, args.env, seed, args.steps, config.loss.discount, args.observe, save_to=save_to)
             result.update(env=label, algo=algo, seed=seed, steps=args.steps, core=args.core, flags=flags)
-            path = result_path(args.out, label, algo, seed, args.core if algo == "deltabeast" else None)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w") as f:
+            with open(path + ".tmp", "w") as f:
                 json.dump(result, f)
+            os.replace(path + ".tmp", path)
             last = result["curve"][-1][1] if result["curve"] else math.nan
             print(f"{label} {algo} seed {seed}: final mean return {last:.3f}, {result['wall_s'] / 60:.1f} min",
                   flush=True)

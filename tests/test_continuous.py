@@ -342,6 +342,19 @@ def test_train_py_takes_the_continuous_preset_for_box_actions_only(capsys):
     assert not train_launcher.load(["--env.id", "NoSuchEnv-v0"]).network.normalize_observations
 
 
+def test_the_continuous_preset_chooses_lstm_below_the_flags_and_a_config_file(tmp_path):
+    """presets.actions.continuous names the core (lstm, with presets.core.lstm's 128 units) for Box
+    actions only; --core and a --config file's core.name choose another, with that core's preset."""
+    box, discrete = train_launcher.load(["--env.id", "Pendulum-v1"]), train_launcher.load(["--env.id", "CartPole-v1"])
+    assert (box.core.name, box.core.hidden_size) == ("lstm", 128)
+    assert discrete.core.name == "delta_product"
+    flagged = train_launcher.load(["--env.id", "Pendulum-v1", "--core", "gru"])
+    assert (flagged.core.name, flagged.core.hidden_size, flagged.learner.epochs) == ("gru", 128, 10)
+    (tmp_path / "mine.yaml").write_text("core: {name: delta}\n")
+    filed = train_launcher.load(["--env.id", "Pendulum-v1", "--config", str(tmp_path / "mine.yaml")])
+    assert (filed.core.name, filed.core.num_heads, filed.learner.epochs) == ("delta", 4, 10)
+
+
 @pytest.mark.parametrize("splits", [1, 2])
 def test_the_servers_batches_record_each_envs_discounted_return(splits):
     """Server mode's ``discounted_return``: along each trajectory G_t = r_t + γ G_{t−1} (1 − done_{t−1}),

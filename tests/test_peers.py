@@ -206,3 +206,69 @@ def test_a_box_action_pomdp_runs_all_three_on_the_same_observations(tmp_path, ca
     assert read_csv_observe(out) == "positions"
     printed = capsys.readouterr().out
     assert f"| {label} | ppo | 0 |" in printed and f"| {label} | recurrent_ppo | 0 |" in printed
+
+
+def test_a_peer_run_killed_after_a_save_goes_on_from_it(tmp_path):
+    """learn_curve's save: a run stopped in its third rollout (its env raises, as a kill would)
+    left the model and the episodes of its second rollout's end, the same episodes as an unbroken
+    run's; the same call again goes on from that step and removes the save when it ends."""
+    pytest.importorskip("stable_baselines3")
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    class Killed(Exception):
+        pass
+
+    class DiesAt(gym.Wrapper):
+        def __init__(self, env, at):
+            super().__init__(env)
+            self.at, self.steps = at, 0
+
+        def step(self, action):
+            self.steps += 1
+            if self.steps == self.at:
+                raise Killed
+            return self.env.step(action)
+
+    rollout = 256
+
+    def model(dies_at=None):
+        vec = DummyVecEnv([lambda: DiesAt(Monitor(gym.make("CartPole-v1")), dies_at or -1)])
+        return PPO("MlpPolicy", vec, n_steps=rollout, batch_size=64, n_epochs=1, seed=0)
+
+    save_to = str(tmp_path / "ppo-s0.partial")
+    with pytest.raises(Killed):
+        peers.learn_curve(model(dies_at=2 * rollout + 10), 4 * rollout, save_to=save_to, save_every_s=0)
+    assert PPO.load(save_to + ".zip").num_timesteps == 2 * rollout
+    with open(save_to + ".json") as f:
+        saved = json.load(f)
+    unbroken = peers.learn_curve(model(), 2 * rollout)
+    assert saved["resumed_at"] == [] and saved["finished"]
+    assert peers.windowed_curve([tuple(e) for e in saved["finished"]]) == unbroken["curve"]
+
+    resumed = peers.learn_curve(model(), 4 * rollout, save_to=save_to, save_every_s=0)
+    assert resumed["resumed_at"] == [2 * rollout]
+    assert resumed["curve"][:len(unbroken["curve"])] == unbroken["curve"]
+    steps = [step for step, _ in resumed["curve"]]
+    assert steps == sorted(steps) and 2 * rollout < steps[-1] <= 4 * rollout  # counted on from the save
+    assert resumed["wall_s"] >= saved["wall_s"]
+    assert not list(tmp_path.iterdir())  # the save is gone
+
+
+def test_a_run_with_a_result_is_kept(tmp_path, capsys):
+    """The same bench command again keeps each run whose result file exists, and tabulates it."""
+    args = bench_args(tmp_path, ["recurrent_ppo"], 1000)
+    path = peers.result_path(args.out, "maze", "recurrent_ppo", 0)
+    import os
+
+    os.makedirs(os.path.dirname(path))
+    result = {"env": "maze", "algo": "recurrent_ppo", "seed": 0, "steps": 1000, "curve": [[1000, 7.0]], "wall_s": 60.0}
+    with open(path, "w") as f:
+        json.dump(result, f)
+    peers.bench_peers(args)
+    with open(path) as f:
+        assert json.load(f) == result
+    printed = capsys.readouterr().out
+    assert "recurrent_ppo seed 0: kept" in printed and "| maze | recurrent_ppo | 0 |" in printed
