@@ -95,7 +95,7 @@ class TorchRNNCore(nn.Module):
             state, clock = state[:-1], (last,)
         if x.shape[0] == 1:  # one step (the actors'): the cell, without nn.LSTM's or nn.GRU's per-call set-up
             return self._step(x[0], reset_state(state, done[0]), clock)
-        cuts = [0] + [t for t in range(1, x.shape[0]) if done[t].any()] + [x.shape[0]]
+        cuts = [0, *(done[1:].flatten(1).any(1).nonzero().flatten() + 1).tolist(), x.shape[0]]
         outputs = []
         for start, end in zip(cuts[:-1], cuts[1:]):
             hidden = tuple(s.transpose(0, 1).contiguous() for s in reset_state(state, done[start]))
