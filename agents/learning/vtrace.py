@@ -57,5 +57,6 @@ def gae(discounts: Tensor, rewards: Tensor, values: Tensor, bootstrap_value: Ten
     (~2√T small loops instead of T). Returns (the value targets A_s + V(x_s), the advantages A_s), [T, B]."""
     values_next = torch.cat([values[1:], bootstrap_value.unsqueeze(0)])
     deltas = rewards + discounts * values_next - values
-    advantages = linear_scan((discounts * lam).flip(0), deltas.flip(0), torch.zeros_like(bootstrap_value)).flip(0)
+    decays = (discounts * lam).to(deltas.dtype)  # the inputs' promoted dtype, as the step loop had it
+    advantages = linear_scan(decays.flip(0), deltas.flip(0), deltas.new_zeros(deltas.shape[1:])).flip(0)
     return advantages + values, advantages
