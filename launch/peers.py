@@ -64,6 +64,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.files import atomic_write, atomic_write_text
 from agents.run_config import TrainConfig
 from agents.tables import markdown_table
 from launch.scores import CHECKPOINTS, median_normalised_returns, seed_values
@@ -229,11 +230,9 @@ def learn_curve(model: Any, steps: int, *, save_to: str | None = None,
     start = last_save = time.time()
 
     def save() -> None:
-        model.save(save_to + ".tmp.zip")
-        os.replace(save_to + ".tmp.zip", save_to + ".zip")
-        with open(save_to + ".tmp.json", "w") as f:
-            json.dump({"finished": finished, "wall_s": wall_before + time.time() - start, "resumed_at": resumed_at}, f)
-        os.replace(save_to + ".tmp.json", save_to + ".json")
+        atomic_write(save_to + ".zip", model.save, "a peer's save")
+        so_far = {"finished": finished, "resumed_at": resumed_at, "wall_s": wall_before + time.time() - start}
+        atomic_write_text(save_to + ".json", json.dumps(so_far), "a peer's save")
 
     class Episodes(BaseCallback):
         def _on_step(self) -> bool:
@@ -493,9 +492,7 @@ def bench_peers(args: argparse.Namespace) -> None:
             else:
                 result = run_sb3(algo, args.env, seed, args.steps, config.loss.discount, args.observe, save_to=save_to)
             result.update(env=label, algo=algo, seed=seed, steps=args.steps, core=args.core, flags=flags)
-            with open(path + ".tmp", "w") as f:
-                json.dump(result, f)
-            os.replace(path + ".tmp", path)
+            atomic_write_text(path, json.dumps(result), "a bench result")
             last = result["curve"][-1][1] if result["curve"] else math.nan
             print(f"{label} {algo} seed {seed}: final mean return {last:.3f}, {result['wall_s'] / 60:.1f} min",
                   flush=True)
