@@ -12,6 +12,7 @@ from agents.config import parse
 from agents.errors import ConfigError, exit_on_error
 from agents.learning.learner import train
 from agents.run_config import TrainConfig, rl_schema
+from envs.suites import listed_env, memory_family
 from fastnet import CORES
 
 CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
@@ -40,6 +41,9 @@ class RLEntry:
     """The config schema of a core name (None: ``rl_schema`` of the env, core and stem)."""
     action_presets: bool = False
     """Apply the defaults file's ``presets.actions.continuous`` when the env's actions are a Box space."""
+    memory_recipe: Optional[str] = None
+    """A defaults file in launch/configs whose learning sections train an env of a memory suite's
+    family with discrete actions (``envs.suites.memory_family``), with a listed env's own preset."""
 
     def load(self, argv: list[str], *, presets: dict[str, str] | None = None) -> TrainConfig:
         """The resolved config of ``argv``, with ``presets`` applied before the core's
@@ -51,19 +55,27 @@ class RLEntry:
 
         selectors = {**CORE, **({"network.stem": self.stems} if self.stems else {})}
 
-        def load_with(argv: list[str], presets: dict[str, str] | None) -> TrainConfig:
+        def load_with(argv: list[str], presets: dict[str, str] | None, recipe: str | None = None) -> TrainConfig:
             return parse(schema, argv, os.path.join(CONFIGS, self.defaults), selectors=selectors,
                          short_flags={**SHORT_FLAGS, **self.short_flags}, prog=self.prog,
-                         description=self.doc.split("\n")[0], presets=presets)
+                         description=self.doc.split("\n")[0], presets=presets,
+                         recipe_path=recipe and os.path.join(CONFIGS, recipe))
 
-        if self.action_presets:  # the env decides: a first reading finds it, and its actions choose the preset
+        recipe = None
+        if self.action_presets or self.memory_recipe:  # the env decides: a first reading finds it
             try:
                 first = load_with([a for a in argv if a not in ("--help", "-h", "--print_config")], presets)
             except ConfigError:
                 first = None  # the reading below reports it
-            if first is not None and continuous_actions(first):
+            if first is None:
+                pass
+            elif self.action_presets and continuous_actions(first):  # Box actions: the continuous recipe
                 presets = {"actions": "continuous", **(presets or {})}
-        return load_with(argv, presets)
+            elif self.memory_recipe and first.env.id is not None and memory_family(first.env.id):
+                recipe = self.memory_recipe
+                if (listed := listed_env(first.env.id)) is not None:
+                    presets = {"env": listed.name, **(presets or {})}
+        return load_with(argv, presets, recipe)
 
     def main(self, argv: list[str] | None = None) -> dict[str, Any]:
         """Train with the config of ``argv`` (the command line's by default); bad input exits 2 in one line."""

@@ -7,6 +7,9 @@
     python launch/train.py --env.id ALE/Pong-v5 --network.stem nature   # images (raw frames): a conv stem
 
 ``--env.id`` is a Gymnasium id, ``module:Id`` (the module is imported first) or a bsuite id.
+Box actions take train.yaml's ``presets.actions.continuous``; otherwise an env of a memory suite's
+family (``envs.suites.MEMORY_FAMILIES``: POPGym, bsuite's memory experiments, MiniGrid Memory,
+Memory Gym) trains on memory.yaml's recipe, with a listed env's own preset, as launch/memory.py would.
 A time limit is not an end: a cut episode's last step is bootstrapped from its value. Running
 the same command again resumes from the run directory's last checkpoint.
 """
@@ -16,7 +19,7 @@ from agents.network import STEM_NETWORKS
 from launch.entry import RLEntry
 
 ENTRY = RLEntry(env="gym", defaults="train.yaml", prog="launch/train.py", doc=__doc__, stems=tuple(STEM_NETWORKS),
-                action_presets=True)
+                action_presets=True, memory_recipe="memory.yaml")
 load, main = ENTRY.load, ENTRY.main
 
 if __name__ == "__main__":

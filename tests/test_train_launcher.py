@@ -8,7 +8,8 @@ import pytest
 
 from agents.errors import ConfigError
 from agents.learning.logger import read_csv
-from launch import evaluate, sweep, train
+from envs import suites
+from launch import evaluate, memory, sweep, train
 
 TINY = ["--num_actors", "1", "--actor.envs_per_actor", "4", "--learner.batch_size", "4", "--actor.unroll_length",
         "5", "--log.tensorboard", "false", "--core.hidden_size", "16"]
@@ -46,3 +47,51 @@ def test_the_sweep_runs_any_gym_id_with_train_py(tmp_path):
     config = sweep.trial_config(trials[0], 1000, [], str(tmp_path))
     assert (config.env.id, config.loss.discount, config.run.total_steps) == ("CartPole-v1", 0.99, 1000)
     assert sweep.trial_config(trials[1], 1000, [], str(tmp_path)).env.id == "bsuite/memory_len/0"
+
+
+LEARNING = ("core", "actor", "network", "learner", "loss", "optim", "env")
+
+
+def learning_sections(cfg) -> dict:
+    from agents.config import to_dict
+
+    sections = {k: v for k, v in to_dict(cfg).items() if k in LEARNING}
+    sections["network"].pop("stem", None)  # train.py's selector names the MLP stem; memory.py's network is the MLP
+    return sections
+
+
+@pytest.mark.parametrize("key", [f"{s}/{e.name}" for s, entries in suites.SUITES.items() if s != "memorygym"
+                                 for e in entries])
+def test_train_py_trains_a_suite_env_as_memory_py_does(key):
+    """Issue 74 item 4: an env of a memory suite given to launch/train.py takes memory.yaml's recipe
+    and the env's own preset, so that its core, unroll, passes, loss and optimiser are memory.py's
+    (the held-out table of docs/memory_benchmarks.md is train.py's); where it writes and logs stays train.yaml's."""
+    suite, entry = suites.suite_env(key)
+    wrappers = entry.options.get("wrappers")
+    flags = ["--env.wrappers", "[" + ", ".join(wrappers) + "]"] if wrappers else []
+    by_train = train.load(["--env.id", entry.options["id"], *flags])
+    by_memory = memory.env_config(memory.load([], entry.name), suite, entry)
+    assert by_train.network.stem == "mlp" and type(by_memory.network).__name__ == "MLPNetworkConfig"
+    assert learning_sections(by_train) == learning_sections(by_memory)
+    run_name = entry.options["id"].replace("/", "_").replace(":", "_")
+    assert by_train.resolved_run_dir() == f"runs/{run_name}-{by_memory.core.name}"
+    assert (by_train.log.tensorboard, by_memory.log.tensorboard) == (True, False)
+
+
+def test_the_memory_recipe_takes_the_family_not_the_list_and_box_actions_keep_theirs():
+    """An unlisted POPGym id or bsuite memory experiment takes memory.yaml's recipe (no env preset);
+    other bsuite experiments and CartPole keep train.yaml's; a Box POPGym env keeps the continuous
+    preset; flags and a core's preset still apply on top."""
+    memory_defaults = memory.load([])
+    unlisted = train.load(["--env.id", "popgym:popgym-HigherLowerHard-v0"])
+    assert (unlisted.loss.discount, unlisted.learner.epochs, unlisted.loss.clip, unlisted.loss.entropy_cost,
+            unlisted.loss.popart_zero_init) == (memory_defaults.loss.discount, 2, 0.2, 0.003, True)
+    assert train.load(["--env.id", "bsuite/memory_size/3"]).learner.epochs == 2
+    for plain in ("CartPole-v1", "bsuite/catch/0"):
+        cfg = train.load(["--env.id", plain])
+        assert (cfg.loss.discount, cfg.learner.epochs, cfg.loss.clip) == (0.99, 1, None)
+    pendulum = train.load(["--env.id", "popgym:popgym-PositionOnlyPendulumEasy-v0"])
+    assert (pendulum.core.name, pendulum.loss.discount, pendulum.learner.epochs) == ("lstm", 0.99, 10)
+    flagged = train.load(["--env.id", "popgym:popgym-HigherLowerHard-v0", "--core", "lstm", "--loss.discount", "0.95"])
+    assert (flagged.core.hidden_size, flagged.loss.discount, flagged.learner.epochs) == (128, 0.95, 2)
+    assert suites.memory_family("MiniGrid-MemoryS13-v0") and not suites.memory_family("MiniGrid-Empty-5x5-v0")
