@@ -26,7 +26,10 @@ over ``--workers`` processes (default: all cores). Writes ``OUT/evaluation.json`
 episode's score and length), ``OUT/evaluation.csv`` (a row per checkpoint) and
 ``OUT/evaluation.md``: one table per step in Table 9/10's
 layout (rows games, columns cores), each cell ours with the paper's figure beside it where the
-paper has one (50M: Table 9, 200M: Table 10).
+paper has one (50M: Table 9, 200M: Table 10). An Atari game's mean has its human-normalised score
+beside it (``envs.atari_scores``); a core scored on all five Atari-5 games (BattleZone,
+DoubleDunk, NameThisGame, Phoenix, Qbert) at a step gets Atari-5's estimate of its median
+human-normalised score over the 57 games under the table.
 
 ``--memory`` ablates the agent's memory, to tell a policy that remembers from one that reacts:
 ``no_core_state`` zeroes the core state before every step (the previous action and reward are
@@ -379,12 +382,31 @@ def _report(job: dict[str, Any], k: int, total: int) -> None:
 # ---------------------------------------------------------------- tables
 
 
+def human_normalized_mean(result: dict[str, Any]) -> float | None:
+    """The human-normalised score of an Atari result's mean (``envs.atari_scores``), or None for a
+    result of another env or of a game outside the 57."""
+    from envs.atari_scores import REFERENCE_SCORES, human_normalized
+
+    if result.get("env") != "atari" or result["game"] not in REFERENCE_SCORES:
+        return None
+    return human_normalized(result["game"], result["mean"])
+
+
 def markdown(results: list[dict[str, Any]]) -> str:
-    """One table per step, rows games (the tables' order first), columns cores (the tables' order first)."""
+    """One table per step, rows games (the tables' order first), columns cores (the tables' order first).
+
+    Atari results of the 57 games have their mean's human-normalised score beside it; a core with
+    one such result for each of the five Atari-5 games at a step gets Atari-5's estimate of its
+    median over the 57 games (Aitchison, Sweetser and Hutter 2023) on a line under the table."""
     from envs.atari import PAPER_GAMES
+    from envs.atari_scores import ATARI5_WEIGHTS, atari5_median
 
     def step_key(r: dict[str, Any]) -> int:
         return paper_step(r["step"]) or r["step"]
+
+    def mean_text(r: dict[str, Any]) -> str:
+        normalized = human_normalized_mean(r)
+        return format_mean_std(r["mean"], r["std"]) + ("" if normalized is None else f" [{normalized:.0%}]")
 
     lines: list[str] = []
     for step in sorted({step_key(r) for r in results}):
@@ -395,9 +417,12 @@ def markdown(results: list[dict[str, Any]]) -> str:
         policy = ", ".join(sorted({f"{r['policy']} actions" + ("" if r.get("memory", "full") == "full"
                                                                  else f", memory {r['memory']}") for r in group}))
         runs = ", ".join(sorted({f"{r['runs']} runs x {r['episodes'] // max(r['runs'], 1)} episodes" for r in group}))
+        notes = (["the paper's figure in brackets"] if paper else []) \
+            + (["the mean's human-normalised score in square brackets (0% random play, 100% the human tester)"]
+               if any(human_normalized_mean(r) is not None for r in group) else [])
         lines += [f"### {label}", "",
-                  f"Mean ± std of the per-run mean scores ({runs}, {policy})"
-                  + ("; the paper's figure in brackets." if paper else "."), ""]
+                  f"Mean ± std of the per-run mean scores ({runs}, {policy})" + "".join(f"; {n}" for n in notes) + ".",
+                  ""]
         cores = [c for c in TABLE_COLUMNS if any(r["core"] == c for r in group)]
         cores += sorted({r["core"] for r in group} - set(cores))
         games = [g for g in PAPER_GAMES if any(r["game"] == g for r in group)]
@@ -405,7 +430,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
 
         def cell(game: str, core: str, group: list[dict[str, Any]] = group, paper: dict[str, Any] = paper) -> str:
             mine = [r for r in group if r["game"] == game and r["core"] == core]
-            text = "; ".join(format_mean_std(r["mean"], r["std"]) for r in mine) or "—"
+            text = "; ".join(map(mean_text, mine)) or "—"
             if core in paper.get(game, {}):
                 text += " ({})".format(format_mean_std(*paper[game][core]))
             return text
@@ -413,6 +438,16 @@ def markdown(results: list[dict[str, Any]]) -> str:
         row_name = "Game" if all(r.get("env", "atari") == "atari" for r in group) else "Env"
         lines += markdown_table([row_name, *(TABLE_COLUMNS.get(c, c) for c in cores)],
                                 ([game, *(cell(game, core) for core in cores)] for game in games))
+        estimates = []
+        for core in cores:
+            five = [r for r in group if r["core"] == core and r["game"] in ATARI5_WEIGHTS
+                    and human_normalized_mean(r) is not None]
+            if sorted(r["game"] for r in five) == sorted(ATARI5_WEIGHTS):
+                median = atari5_median({r["game"]: human_normalized_mean(r) for r in five})
+                estimates.append(f"{TABLE_COLUMNS.get(core, core)} {median:.0%}")
+        if estimates:
+            lines += ["", "Atari-5 estimate of the median human-normalised score over the 57 games (Aitchison, "
+                      "Sweetser and Hutter 2023), from the five games' means: " + ", ".join(estimates) + "."]
         lines.append("")
     return "\n".join(lines)
 

@@ -244,6 +244,26 @@ def test_markdown_layout():
     assert paper_step(50_001_600) == 50_000_000 and paper_step(40_000_000) is None
 
 
+def test_atari_means_have_their_human_normalised_score_and_atari5_its_median_estimate():
+    """Beside each Atari mean, (mean - random) / (human - random) (envs.atari_scores); under the
+    table, Atari-5's estimate for a core scored on all five of its games: at the human scores,
+    10 ** (sum of the weights * log10(101)) - 1 = 85.05%."""
+    human = {"BattleZone": 37187.5, "DoubleDunk": -16.4, "NameThisGame": 8049.0, "Phoenix": 7242.6, "Qbert": 13455.0}
+    results = [{**_result(game, "lstm", 1000, score, 0.0), "env": "atari"} for game, score in human.items()]
+    results += [{**_result("Pong", "lstm", 1000, -3.05, 0.5), "env": "atari"},  # halfway: random -20.7, human 14.6
+                {**_result("Qbert", "delta", 1000, 163.9, 0.0), "env": "atari"},  # random; Delta Net lacks four games
+                {**_result("Adventure", "lstm", 1000, 5.0, 0.0), "env": "atari"}]  # not among the 57
+    text = evaluate.markdown(results)
+    assert "| Pong | -3.05 ± 0.50 [50%] | — |" in text
+    assert "| Qbert | 13,455 ± 0 [100%] | 164 ± 0 [0%] |" in text
+    assert "| Adventure | 5.00 ± 0.00 | — |" in text
+    assert "the mean's human-normalised score in square brackets" in text
+    assert text.rstrip().endswith("from the five games' means: LSTM 85%.")
+    assert "[" not in evaluate.markdown([{**_result("maze", "lstm", 1000, 56.5, 6.8), "env": "maze"}])
+    del results[0]  # BattleZone: no estimate
+    assert "Atari-5" not in evaluate.markdown(results)
+
+
 def test_steps_pick_the_milestone_saved_at_or_just_past_them(tmp_path, capsys):
     """With batch x unroll not dividing 50M, the 50M milestone is saved at the next update."""
     for step in (49_999_360, 50_000_640, 60_000_000, 200_000_000):
