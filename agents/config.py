@@ -27,8 +27,6 @@ from agents.files import atomic_write_text
 from fastnet.options import unknown_choice
 
 C = TypeVar("C")
-RECIPE_SECTIONS = ("core", "actor", "network", "learner", "loss", "optim", "presets")
-"""The sections of a defaults file that say how an agent learns (not where it writes or what it logs)."""
 
 set_parsing_settings(docstring_parse_attribute_docstrings=True)
 
@@ -36,15 +34,15 @@ set_parsing_settings(docstring_parse_attribute_docstrings=True)
 def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], defaults_path: str,
           selectors: dict[str, tuple[str, ...]] | None = None, short_flags: dict[str, str] | None = None,
           prog: str | None = None, description: str | None = None, presets: dict[str, str] | None = None,
-          recipe_path: str | None = None) -> C:
+          recipe: dict[str, Any] | None = None) -> C:
     """The config of ``make_schema(names)`` from ``defaults_path``, ``--config FILE`` and ``argv``.
 
     ``selectors`` maps each dotted key whose value decides its section's type (``"core.name"``)
     to the valid values; ``names`` maps each such section (``"core"``) to the chosen one. ``presets``
     names more presets to apply before the selectors' (``{"env": "CountRecallEasy"}``); one may
     choose a selector's value (``presets.actions.continuous``' core), below the file and the flags.
-    ``recipe_path`` names a second defaults file whose learning sections (:data:`RECIPE_SECTIONS`)
-    are merged over the first's (memory.yaml's recipe in launch/train.py, for a memory env).
+    ``recipe`` holds sections merged over the defaults file's, below the presets, the file and the
+    flags (launch/train.py's memory recipe: memory.yaml's learning sections).
     ``short_flags`` maps short flags to dotted keys (``{"--total_steps": "run.total_steps"}``). The
     schema's ``renamed`` (a class attribute, if it has one) maps keys of older versions to their
     names now, in flags and files. ``--help`` and ``--print_config`` print and raise
@@ -56,8 +54,7 @@ def parse(make_schema: Callable[[dict[str, str]], type[C]], argv: list[str], def
     user_path = flag_value(argv, "config")
     user = load_yaml(user_path) if user_path is not None else {}
     names, fields, selectors = {}, {}, selectors or {}
-    if recipe_path is not None:
-        defaults = deep_merge(defaults, {k: v for k, v in load_yaml(recipe_path).items() if k in RECIPE_SECTIONS})
+    defaults = deep_merge(defaults, recipe or {})
     preset = deep_merge(apply_presets(defaults, presets or {}), apply_presets(user, presets or {}))  # may choose a core
     for key, choices in selectors.items():
         section, _, fields[section] = key.rpartition(".")

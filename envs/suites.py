@@ -118,21 +118,16 @@ HELD_OUT_ENVS = ("popgym_more/HigherLowerEasy", "popgym_more/ConcentrationEasy",
                  "popgym_medium/CountRecallMedium")
 
 
-# The ids of the memory suites' families, listed or not: POPGym's envs, bsuite's memory experiments,
-# MiniGrid's Memory mazes and Memory Gym's. launch/train.py trains one with discrete actions on
-# memory.yaml's recipe (issue 74), the one validated on HELD_OUT_ENVS.
-MEMORY_FAMILIES = ("popgym:", "bsuite/memory_len/", "bsuite/memory_size/", "minigrid:MiniGrid-Memory",
-                   "MiniGrid-Memory", "memory_gym:")
+# The families of the envs that chose memory.yaml's defaults (TRAINING_ENVS) and report them
+# (HELD_OUT_ENVS): POPGym's envs and bsuite's memory experiments, listed by a suite or not.
+# launch/train.py trains one without Box actions on memory.yaml's recipe (issue 74). MiniGrid's and
+# Memory Gym's are not among them: MemoryS7 learns only with its own preset (memory.yaml).
+MEMORY_FAMILIES = ("popgym:", "bsuite/memory_len/", "bsuite/memory_size/")
 
 
-def memory_family(env_id: str) -> bool:
-    """Whether the Gymnasium id ``env_id`` is of a memory suite's family (:data:`MEMORY_FAMILIES`)."""
-    return env_id.startswith(MEMORY_FAMILIES)
-
-
-def listed_env(env_id: str) -> SuiteEnv | None:
-    """The suite env whose id is ``env_id`` (its name keys memory.yaml's presets.env), or None."""
-    return next((e for entries in SUITES.values() for e in entries if e.options["id"] == env_id), None)
+def memory_family(env_id: str | None) -> bool:
+    """Whether the Gymnasium id ``env_id`` is of a family of :data:`MEMORY_FAMILIES`."""
+    return env_id is not None and env_id.startswith(MEMORY_FAMILIES)
 
 
 def suite(name: str) -> tuple[SuiteEnv, ...]:

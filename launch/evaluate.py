@@ -417,7 +417,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
         policy = ", ".join(sorted({f"{r['policy']} actions" + ("" if r.get("memory", "full") == "full"
                                                                  else f", memory {r['memory']}") for r in group}))
         runs = ", ".join(sorted({f"{r['runs']} runs x {r['episodes'] // max(r['runs'], 1)} episodes" for r in group}))
-        notes = (["the paper's figure in brackets"] if paper else []) \
+        notes = (["the paper's figure in parentheses"] if paper else []) \
             + (["the mean's human-normalised score in square brackets (0% random play, 100% the human tester)"]
                if any(human_normalized_mean(r) is not None for r in group) else [])
         lines += [f"### {label}", "",

@@ -7,9 +7,9 @@
     python launch/train.py --env.id ALE/Pong-v5 --network.stem nature   # images (raw frames): a conv stem
 
 ``--env.id`` is a Gymnasium id, ``module:Id`` (the module is imported first) or a bsuite id.
-Box actions take train.yaml's ``presets.actions.continuous``; otherwise an env of a memory suite's
-family (``envs.suites.MEMORY_FAMILIES``: POPGym, bsuite's memory experiments, MiniGrid Memory,
-Memory Gym) trains on memory.yaml's recipe, with a listed env's own preset, as launch/memory.py would.
+Box actions take train.yaml's ``presets.actions.continuous``; otherwise a POPGym env or a bsuite
+memory experiment (``envs.suites.MEMORY_FAMILIES``) trains on memory.yaml's defaults, without its
+per-env presets (launch/memory.py's speed-ups for the envs it lists).
 A time limit is not an end: a cut episode's last step is bootstrapped from its value. Running
 the same command again resumes from the run directory's last checkpoint.
 """
