@@ -274,6 +274,8 @@ def _bad_inputs(tmp):
         (maze, ["--learner.batch_size", "100"], "learner.batch_size: 100 must be a multiple of actor.envs_per_actor"),
         (maze, ["--learner.minibatches", "256"], "learner.minibatches: 256 must be at most learner.batch_size (32)"),
         (maze, ["--loss.advantages", "gae"], "loss.advantages: gae needs loss.clip"),
+        (maze, ["--optim.lr_decay", "false", "--optim.lr_final", "0.1"], "optim.lr_final: 0.1 is the end of a decay"),
+        (maze, ["--optim.lr_final", "1.5"], "--optim.lr_final: must be in [0, 1], got 1.5"),
         (maze, ["--env.size", "4"], "env: size must be an odd int >= 5"),
         (train, ["--env.id", "NoSuchEnv-v0"], "env: env 'NoSuchEnv-v0' cannot be made: Environment `NoSuchEnv`"),
         (train, ["--env.vectorization", "async"], "env.vectorization: async cannot run in the actors' processes"),

@@ -59,6 +59,20 @@ def test_schedule_warms_up_then_decays_linearly():
     assert lrs == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0.0])
 
 
+def test_schedule_decays_to_its_floor():
+    """lr_final 0.4: from lr after the warm-up down to 0.4 x lr at the budget's end, then held."""
+    params = [torch.nn.Parameter(torch.zeros(1))]
+    cfg = OptimConfig(name="adam", lr=2.0, warmup_steps=2, lr_decay=True, lr_final=0.4)
+    opt, sched = build_optimizer(params, cfg, 8)
+    lrs = []
+    for _ in range(10):
+        lrs.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    # after the warm-up, 2 x (1 - 0.6 (u - 2) / 6): 0.2 lower per update, to 0.8 at update 8 and beyond
+    assert lrs == pytest.approx([1.0, 2.0, 2.0, 1.8, 1.6, 1.4, 1.2, 1.0, 0.8, 0.8])
+
+
 @pytest.mark.parametrize("name,step", [("adam", "fused"), ("rmsprop", "foreach")])
 def test_a_resume_with_a_longer_budget_steps_at_the_stretched_schedules_lr(name, step, tmp_path):
     """The issue-44 case: a run that decayed its lr to 0 over 10 updates, resumed with a budget of

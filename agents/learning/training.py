@@ -87,7 +87,9 @@ class OptimConfig:
     warmup_steps: NonNegativeInt = 0
     """Updates of linear warm-up from 0 to lr."""
     lr_decay: bool = False
-    """Decay the learning rate linearly to 0 at the end of the budget (from lr, after the warm-up)."""
+    """Decay the learning rate linearly to ``lr_final`` x lr at the end of the budget (from lr, after the warm-up)."""
+    lr_final: ClosedUnitInterval = 0.0
+    """With ``lr_decay``: the fraction of lr the decay ends at (0: to 0, as CleanRL's PPO anneals)."""
     max_nonfinite_steps: PositiveInt = field(default=10, metadata=RESUMABLE)
     """Stop the run after this many updates in a row whose loss or gradient is NaN or inf (each is skipped)."""
 
@@ -132,7 +134,7 @@ def configure_kernels(mode: str | None, device: torch.device) -> None:
 def build_optimizer(params: Any, cfg: OptimConfig, total_updates: float
                     ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """RMSProp or Adam, and a schedule: linear warm-up over ``warmup_steps`` updates, then (with
-    ``lr_decay``) a linear decay reaching 0 after ``total_updates``."""
+    ``lr_decay``) a linear decay reaching ``lr_final`` x lr after ``total_updates``."""
     # foreach: one multi-tensor op per step of the rule, also on the CPU (where torch's default is a
     # Python loop over the tensors, which shows in updates as small as the maze's); Adam's fused
     # step is one kernel for all tensors, ~3x faster again on the CPU (docs/results.md)
@@ -147,7 +149,7 @@ def build_optimizer(params: Any, cfg: OptimConfig, total_updates: float
         if not cfg.lr_decay:
             return 1.0
         span = max(total_updates - cfg.warmup_steps, 1.0)  # the decay's updates, after the warm-up's
-        return 1.0 - min(update - cfg.warmup_steps, span) / span
+        return 1.0 - (1.0 - cfg.lr_final) * min(update - cfg.warmup_steps, span) / span
 
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
