@@ -78,6 +78,9 @@ PPO_ENVS = 16
 PPO_LSTM = 128
 ALGOS = ("deltabeast", "recurrent_ppo", "ppo")
 ATARI_ALGOS = ("deltabeast", "ppo")
+# Sample Factory's APPO (issue 73's speed anchor, "if it installs") does not install beside us: its last
+# release (2.1.1) pins gymnasium<1.0 and numpy<2 (ours: gymnasium>=1.0 for MuJoCo v5 and ale-py 0.12),
+# and its Atari envs are NoFrameskip-v4 (no sticky actions), off the protocol the table compares on.
 SAVE_EVERY_S = 600.0  # a peer's run saves itself this often (learn_curve), to go on after a kill
 BOX_ENVS = 1  # the peers' envs on a Box-action env: their documented single-env defaults
 ATARI_CONFIG = os.path.join(ROOT, "launch", "configs", "atari_cpu.yaml")  # DeltaBeast's Atari recipe on a CPU
