@@ -20,7 +20,7 @@ from agents.acting.transport import SERVER_KEYS_RENAMED, ActorConfig, RayConfig
 from agents.actions import make_actions
 from agents.config import RESUMABLE, check, from_dict, options, section
 from agents.learning.losses import LossConfig
-from agents.learning.training import LogConfig, OptimConfig, RunConfig
+from agents.learning.training import LogConfig, OptimConfig, RunConfig, check_optim
 from agents.network import STEM_NETWORKS, AgentNet, MLPNetworkConfig, NetworkConfig
 
 
@@ -150,8 +150,7 @@ def check_config(cfg: TrainConfig, device_type: str = "cpu") -> None:
     check(getattr(cfg.env, "vectorization", "sync") == "sync", "env.vectorization",
           "async cannot run in the actors' processes (daemonic: no children of their own); they already step "
           "their envs apart from the learner, and actor.num_actors gives more of them")
-    check(cfg.optim.lr_decay or cfg.optim.lr_final == 0, "optim.lr_final",
-          f"{cfg.optim.lr_final} is the end of a decay, but optim.lr_decay is false (the lr stays at optim.lr)")
+    check_optim(cfg.optim)
     splits = cfg.actor.server.worker_splits
     check(cfg.actor.inference_mode(device_type) != "server" or cfg.actor.envs_per_actor % splits == 0,
           "actor.server.worker_splits", f"{splits} must divide actor.envs_per_actor "

@@ -276,6 +276,7 @@ def _bad_inputs(tmp):
         (maze, ["--loss.advantages", "gae"], "loss.advantages: gae needs loss.clip"),
         (maze, ["--optim.lr_decay", "false", "--optim.lr_final", "0.1"], "optim.lr_final: 0.1 is the end of a decay"),
         (maze, ["--optim.lr_final", "1.5"], "--optim.lr_final: must be in [0, 1], got 1.5"),
+        (supervised, ["--optim.lr_final", "0.1", "--run_dir", "{run_dir}"], "optim.lr_final: 0.1 is the end of"),
         (maze, ["--env.size", "4"], "env: size must be an odd int >= 5"),
         (train, ["--env.id", "NoSuchEnv-v0"], "env: env 'NoSuchEnv-v0' cannot be made: Environment `NoSuchEnv`"),
         (train, ["--env.vectorization", "async"], "env.vectorization: async cannot run in the actors' processes"),

@@ -47,28 +47,28 @@ def test_nonfinite_updates_are_skipped_and_too_many_in_a_row_stop(tmp_path):
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
-def test_schedule_warms_up_then_decays_linearly():
+def scheduled_lrs(cfg: OptimConfig, *, total_updates: int, updates: int) -> list[float]:
+    """The lr of each of the first ``updates`` updates under build_optimizer's schedule."""
     params = [torch.nn.Parameter(torch.zeros(1))]
-    opt, sched = build_optimizer(params, OptimConfig(name="adam", lr=1.0, warmup_steps=4, lr_decay=True), 10)
+    opt, sched = build_optimizer(params, cfg, total_updates)
     lrs = []
-    for _ in range(11):
+    for _ in range(updates):
         lrs.append(sched.get_last_lr()[0])
         opt.step()
         sched.step()
+    return lrs
+
+
+def test_schedule_warms_up_then_decays_linearly():
+    lrs = scheduled_lrs(OptimConfig(name="adam", lr=1.0, warmup_steps=4, lr_decay=True), total_updates=10, updates=11)
     # lr at the warm-up's last update, then 1 - (u - 4) / (10 - 4) down to 0 at the budget's end
     assert lrs == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0.0])
 
 
 def test_schedule_decays_to_its_floor():
     """lr_final 0.4: from lr after the warm-up down to 0.4 x lr at the budget's end, then held."""
-    params = [torch.nn.Parameter(torch.zeros(1))]
-    cfg = OptimConfig(name="adam", lr=2.0, warmup_steps=2, lr_decay=True, lr_final=0.4)
-    opt, sched = build_optimizer(params, cfg, 8)
-    lrs = []
-    for _ in range(10):
-        lrs.append(sched.get_last_lr()[0])
-        opt.step()
-        sched.step()
+    lrs = scheduled_lrs(OptimConfig(name="adam", lr=2.0, warmup_steps=2, lr_decay=True, lr_final=0.4),
+                        total_updates=8, updates=10)
     # after the warm-up, 2 x (1 - 0.6 (u - 2) / 6): 0.2 lower per update, to 0.8 at update 8 and beyond
     assert lrs == pytest.approx([1.0, 2.0, 2.0, 1.8, 1.6, 1.4, 1.2, 1.0, 0.8, 0.8])
 

@@ -43,7 +43,7 @@ from agents.errors import ConfigError
 from agents.files import atomic_save, atomic_write_text
 from agents.learning import training
 from agents.learning.logger import Logger
-from agents.learning.training import OptimConfig, RunConfig, Trainer, configure_kernels, resolve_device
+from agents.learning.training import OptimConfig, RunConfig, Trainer, check_optim, configure_kernels, resolve_device
 from envs.tasks import Batch, Task, make_task
 from fastnet import make_core
 from fastnet.feature_maps import FeatureMap
@@ -374,6 +374,7 @@ def _finished(result: dict[str, Any] | None, max_steps: int | None) -> bool:
 def train(cfg: Config, task: Optional[Task] = None, quiet: bool = False) -> dict[str, Any]:
     """Train ``cfg.core`` on ``cfg.task``; returns the best valid and final test metrics."""
     t = cfg.train
+    check_optim(cfg.optim)
     if cfg.run.num_threads:
         torch.set_num_threads(cfg.run.num_threads)
     set_seed(cfg.run.seed)

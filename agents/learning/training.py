@@ -25,7 +25,7 @@ from jsonargparse.typing import (
 )
 from torch import Tensor, nn
 
-from agents.config import RESUMABLE, resumable_keys, save_yaml, to_dict
+from agents.config import RESUMABLE, check, resumable_keys, save_yaml, to_dict
 from agents.errors import ConfigError, UserError, WriteFailure
 from agents.learning.checkpoint import checkpoints, load_latest_good, save_checkpoint
 from fastnet.feature_maps import redraw_random_features
@@ -92,6 +92,12 @@ class OptimConfig:
     """With ``lr_decay``: the fraction of lr the decay ends at (0: to 0, as CleanRL's PPO anneals)."""
     max_nonfinite_steps: PositiveInt = field(default=10, metadata=RESUMABLE)
     """Stop the run after this many updates in a row whose loss or gradient is NaN or inf (each is skipped)."""
+
+
+def check_optim(cfg: OptimConfig) -> None:
+    """ConfigError for optimiser settings that are valid alone but not together."""
+    check(cfg.lr_decay or cfg.lr_final == 0, "optim.lr_final",
+          f"{cfg.lr_final} is the end of a decay, but optim.lr_decay is false (the lr stays at optim.lr)")
 
 
 class NonFiniteError(UserError):
