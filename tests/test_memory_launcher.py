@@ -70,6 +70,11 @@ def test_an_unknown_suite_or_env_is_a_config_error(suite, message, capsys):
 def test_env_presets_unroll_whole_episodes(name):
     """Each of these envs' reward depends on the first step of its episode, so its preset's unroll
     covers a whole episode: measured here by playing the env, not read from its code."""
+    assert memory.load([], env=name).actor.unroll_length >= _episode_length(name)
+
+
+def _episode_length(name: str) -> int:
+    """The longest first episode of two copies of the suite env ``name``, played with action 0."""
     import numpy as np
 
     import envs
@@ -83,7 +88,26 @@ def test_env_presets_unroll_whole_episodes(name):
         _, _, done, info = env.step(np.zeros(2, np.int64))
         lengths += info["episode_length"][done].tolist()
     env.close()
-    assert memory.load([], env=name).actor.unroll_length >= max(lengths), lengths
+    return max(lengths)
+
+
+@pytest.mark.parametrize("core", ["delta_product", "lstm", "gru"])
+def test_the_medium_recipe_unrolls_whole_episodes_by_the_clock_for_each_core(core):
+    """launch/configs/repeat_previous_medium.yaml (issue 74): one unroll holds a whole episode of
+    RepeatPreviousMedium, played here; the answers are not discounted; every core sees the clock at
+    its memory.yaml size (delta_product with 32-wide heads), so ``--core lstm`` runs the same settings."""
+    from agents.run_config import check_config
+
+    path = os.path.join(CONFIGS, "repeat_previous_medium.yaml")
+    cfg = memory.load(["--config", path, "--core", core], env="RepeatPreviousMedium")
+    check_config(cfg)
+    assert cfg.actor.unroll_length >= _episode_length("RepeatPreviousMedium")
+    assert (cfg.core.name, cfg.core.position_features, cfg.loss.discount) == (core, 32, 0.0)
+    assert (cfg.learner.epochs, cfg.learner.minibatches, cfg.loss.clip) == (4, 16, 0.2)
+    sized = memory.load(["--core", core], env="RepeatPreviousMedium").core
+    assert cfg.core.hidden_size == sized.hidden_size
+    if core == "delta_product":
+        assert (cfg.core.num_heads, cfg.core.head_dim) == (sized.num_heads, 32)
 
 
 @pytest.mark.parametrize("name", ["RepeatPreviousEasy", "CountRecallEasy", "AutoencodeEasy", "StatelessCartPoleEasy"])
