@@ -332,6 +332,7 @@ def test_train_py_takes_the_continuous_preset_for_box_actions_only(capsys):
     Box space; flags still override it, and --print_config shows it."""
     box, discrete = train_launcher.load(["--env.id", "Pendulum-v1"]), train_launcher.load(["--env.id", "CartPole-v1"])
     assert box.network.normalize_observations and not discrete.network.normalize_observations
+    assert box.network.separate_critic and not discrete.network.separate_critic
     assert (box.loss.entropy_cost, discrete.loss.entropy_cost) == (0.0, 0.01)
     flagged = train_launcher.load(["--env.id", "Pendulum-v1", "--network.normalize_observations", "false"])
     assert not flagged.network.normalize_observations
