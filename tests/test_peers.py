@@ -116,6 +116,19 @@ def bench_args(tmp_path, algos: list[str], steps: int) -> argparse.Namespace:
                               plot=None, table=False, docs=False, flags=TINY, observe="all")
 
 
+@pytest.mark.parametrize("flag", ["--core", "--core.name"])
+def test_a_core_among_the_flags_is_refused_before_any_run(tmp_path, flag):
+    """The run's files are named by peers' --core; a core passed through --flags would run under
+    another core's name (and two such runs would share a run dir), so it stops in one line."""
+    from agents.errors import UsageError
+
+    args = bench_args(tmp_path, ["deltabeast"], 4000)
+    args.flags = [*TINY, flag, "ff"]
+    with pytest.raises(UsageError, match="bench.py peers' own --core"):
+        peers.bench_peers(args)
+    assert not (tmp_path / "peers").exists()
+
+
 def test_a_tiny_deltabeast_run_writes_its_curve_and_the_table(tmp_path, capsys):
     peers.bench_peers(bench_args(tmp_path, ["deltabeast"], 4000))
     with open(peers.result_path(str(tmp_path / "peers"), "maze", "deltabeast", 0, "lstm")) as f:
