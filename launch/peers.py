@@ -471,10 +471,11 @@ def bench_peers(args: argparse.Namespace) -> None:
     from agents.errors import UsageError
 
     args.core = args.core or default_core(args.env)
-    # the files are named by --core: another core among the flags would run under its name (and share its run dir)
-    if any(flag in ("--core", "--core.name") and core != args.core for flag, core in zip(args.flags, args.flags[1:])):
-        raise UsageError(f"--flags names a core other than {args.core}: name it with bench.py peers' own --core, "
-                         "which names the run's files")
+    # peers' --core comes last on the launcher's command line, so a core among the flags would be ignored
+    tokens = [part for flag in args.flags for part in flag.split("=", 1)]
+    if any(flag in ("--core", "--core.name") and core != args.core for flag, core in zip(tokens, tokens[1:])):
+        raise UsageError(f"--flags names a core other than {args.core}, which would be ignored: name it with "
+                         "bench.py peers' own --core")
     flags = [*args.flags, *(["--env.observe", args.observe] if args.observe != "all" else [])]
     config = deltabeast_config(args.env, core=args.core, seed=0, steps=None, flags=flags, run_dir=args.out)
     label = env_label(args.env, args.observe)

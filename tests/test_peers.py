@@ -116,14 +116,16 @@ def bench_args(tmp_path, algos: list[str], steps: int) -> argparse.Namespace:
                               plot=None, table=False, docs=False, flags=TINY, observe="all")
 
 
-@pytest.mark.parametrize("flag", ["--core", "--core.name"])
-def test_a_core_among_the_flags_is_refused_before_any_run(tmp_path, flag):
-    """The run's files are named by peers' --core; a core passed through --flags would run under
-    another core's name (and two such runs would share a run dir), so it stops in one line."""
+@pytest.mark.parametrize("flags", [["--core", "ff"], ["--core.name", "ff"], ["--core=ff"]])
+def test_a_core_among_the_flags_is_refused_before_any_run(tmp_path, flags):
+    """Peers' --core comes last on the launcher's command line, so another core passed through
+    --flags would be ignored (the run would be peers' core, under its name): it stops in one line."""
     from agents.errors import UsageError
 
+    ignored = peers.deltabeast_config("maze", core="lstm", seed=0, steps=None, flags=flags, run_dir=str(tmp_path))
+    assert ignored.core.name == "lstm"  # what the run would have been without the check
     args = bench_args(tmp_path, ["deltabeast"], 4000)
-    args.flags = [*TINY, flag, "ff"]
+    args.flags = [*TINY, *flags]
     with pytest.raises(UsageError, match="bench.py peers' own --core"):
         peers.bench_peers(args)
     assert not (tmp_path / "peers").exists()
