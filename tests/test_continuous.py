@@ -313,18 +313,20 @@ def maze_policy_outputs() -> dict[str, torch.Tensor]:
             "act_logits": act_logits}
 
 
-def test_the_maze_policy_is_bit_for_bit_what_it_was_before_box_actions():
-    """The learner's outputs bit for bit; the actors' step within float32's rounding and the same
-    sampled actions: since issue 75 a one-step call runs torch.lstm_cell, not nn.LSTM's oneDNN
-    call (1.6x faster per actor step), whose sums round differently."""
+def test_the_maze_policy_is_what_it_was_before_box_actions():
+    """The same sampled actions, and logits, values and log-probs within a few float32 ulps of the
+    file written before Box actions. Not bit for bit: the file was written on one CPU, and BLAS and
+    oneDNN pick kernels per instruction set, so another machine's sums round differently (1e-8 to
+    1.2e-7 on CI's); a change to the discrete path moves these by 1e-3 or more. Run on one machine,
+    commit 1a49a8f's code and today's give equal logits, values and log-probs (2026-12-02). Since
+    issue 75 the actors' one-step call runs torch.lstm_cell, not nn.LSTM's oneDNN call (1.6x faster
+    per actor step)."""
     want = torch.load(os.path.join(ROOT, "tests", "data", "maze_policy_reference.pt"), weights_only=True)
     got = maze_policy_outputs()
     assert want.keys() == got.keys()
-    for key in want:
-        if key == "act_logits":
-            torch.testing.assert_close(got[key], want[key], rtol=1e-6, atol=1e-7)
-        else:
-            assert torch.equal(got[key], want[key]), key
+    assert torch.equal(got["acted"], want["acted"])
+    for key in want.keys() - {"acted"}:
+        torch.testing.assert_close(got[key], want[key], rtol=1e-6, atol=1e-6, msg=key)
 
 
 def test_train_py_takes_the_continuous_preset_for_box_actions_only(capsys):

@@ -445,17 +445,18 @@ import sys  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _compile_reports(heads, tmp_path):
+def _compile_reports(heads, archs, tmp_path):
     out = tmp_path / "compile.json"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     p = subprocess.run([sys.executable, os.path.join(ROOT, "cuda", "compile_check.py"), "--heads", heads,
-                        "--json", str(out)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+                        "--arch", archs, "--json", str(out)],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
     print(p.stdout[-6000:])
     assert p.returncode == 0, p.stderr[-4000:]
     return json.loads(out.read_text())
 
 
-def _check_reports(reports):
+def _check_reports(reports, archs):
     names = {r["name"] for r in reports}
     for kind in ("sum", "delta", "gated", "gated_delta"):
         assert {f"fused_{kind}_fwd", f"fused_{kind}_bwd"} <= names
@@ -463,16 +464,18 @@ def _check_reports(reports):
             "srwm_bwd"} <= names
     for kind in ("delta", "gated_delta"):
         assert {f"chunk_{kind}_{p}" for p in ("prep", "fwd", "out", "bwd_prep", "bwd", "bwd_wy", "bwd_dqk")} <= names
-    assert {r["arch"] for r in reports} == {80, 90}
+    assert {r["arch"] for r in reports} == archs
     assert all(r["regs"] > 0 for r in reports)
     bad = [r for r in reports if r["d"] <= 64 and r["spill_stores"] + r["spill_loads"] > 0]
     assert not bad, f"register spills at d<=64: {[(r['name'], r['label'], r['arch']) for r in bad]}"
 
 
-def test_compiles_sm80_sm90_d32_d64(tmp_path):
-    _check_reports(_compile_reports("32,64", tmp_path))
+def test_compiles_for_sm90_at_d32_d64(tmp_path):
+    """The H100/H200 build at the cores' usual head sizes: the default suite's (64 s on one core
+    here, against 199 s for both archs)."""
+    _check_reports(_compile_reports("32,64", "90", tmp_path), {90})
 
 
 @pytest.mark.slow
-def test_compiles_all_head_sizes(tmp_path):
-    _check_reports(_compile_reports("16,32,64,128", tmp_path))
+def test_compiles_for_sm80_sm90_at_all_head_sizes(tmp_path):
+    _check_reports(_compile_reports("16,32,64,128", "80,90", tmp_path), {80, 90})
