@@ -144,6 +144,8 @@ def check_config(cfg: TrainConfig, device_type: str = "cpu") -> None:
     check(cfg.loss.advantages != "gae" or cfg.loss.clip is not None, "loss.advantages",
           "gae needs loss.clip: PPO's clipped ratio π/μ is then its only correction for acting with an older "
           "policy (without a clip use vtrace, whose ρ corrects it)")
+    check(cfg.loss.advantage_statistics == "minibatch" or cfg.loss.normalize_advantages, "loss.advantage_statistics",
+          "batch standardises the advantages, which needs loss.normalize_advantages true")
     check(cfg.actor.backend != "ray" or cfg.actor.inference != "server", "actor.inference",
           "server mode runs on the local backend only; with actor.backend ray the hosts act with CPU copies of "
           "the policy (use actor or auto)")

@@ -274,6 +274,7 @@ def _bad_inputs(tmp):
         (maze, ["--learner.batch_size", "100"], "learner.batch_size: 100 must be a multiple of actor.envs_per_actor"),
         (maze, ["--learner.minibatches", "256"], "learner.minibatches: 256 must be at most learner.batch_size (32)"),
         (maze, ["--loss.advantages", "gae"], "loss.advantages: gae needs loss.clip"),
+        (maze, ["--loss.advantage_statistics", "batch"], "loss.advantage_statistics: batch standardises the"),
         (maze, ["--optim.lr_decay", "false", "--optim.lr_final", "0.1"], "optim.lr_final: 0.1 is the end of a decay"),
         (maze, ["--optim.lr_final", "1.5"], "--optim.lr_final: must be in [0, 1], got 1.5"),
         (supervised, ["--optim.lr_final", "0.1", "--run_dir", "{run_dir}"], "optim.lr_final: 0.1 is the end of"),

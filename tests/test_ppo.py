@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from agents.learning.learner import compute_loss, learn_from_batch, minibatch_columns, select_trajectories
-from agents.learning.losses import LossConfig, Unrolls, actor_critic_losses
+from agents.learning.losses import LossConfig, Unrolls, actor_critic_losses, advantage_statistics
 from agents.learning.vtrace import gae, vtrace
 from agents.popart import PopArt
 from tests.test_learner import fixed_batch, make, sgd_trainer
@@ -315,3 +315,83 @@ def test_a_popart_learner_updates_its_statistics_once_per_batch():
     learn_from_batch(sgd_trainer(model, cfg), model, fixed_batch(model), cfg, torch.Generator().manual_seed(0))
     assert model.baseline.updates.item() == 1 and model.baseline.mu.item() != 0.0
     assert {"baseline.mu", "baseline.nu"} <= set(model.state_dict())
+
+
+def test_the_batchs_statistics_standardise_a_minibatch_against_a_hand_standardised_sum():
+    """Given the batch's (mean m, std s) of the advantages in the rewards' units, the loss takes
+    −Σ (A_s − m) / (s + 1e-8) log π(a_s|x_s) over its own samples; PopArt's σ, which divides A,
+    cancels (float64, A written out by V-trace)."""
+    torch.manual_seed(0)
+    logits = torch.randn(4, 2, 3, dtype=torch.float64)
+    u = Unrolls(target_logits=logits, behaviour_logits=logits, actions=torch.randint(0, 3, (4, 2)),
+                rewards=torch.randn(4, 2).double(), discounts=torch.full((4, 2), 0.9, dtype=torch.float64),
+                values=torch.randn(4, 2).double(), bootstrap_value=torch.randn(2).double())
+    m, s = torch.tensor(0.3, dtype=torch.float64), torch.tensor(2.5, dtype=torch.float64)
+    terms, _ = actor_critic_losses(u, LossConfig(normalize_advantages=True), advantage_stats=(m, s),
+                                   value_scale=torch.tensor(7.0, dtype=torch.float64))
+    a = vtrace(torch.zeros(4, 2, dtype=torch.float64), u.discounts, u.rewards, u.values, u.bootstrap_value
+               ).pg_advantages.flatten().tolist()
+    log_pi = F.log_softmax(logits, -1).gather(-1, u.actions[..., None]).flatten().tolist()
+    want = -sum((x - 0.3) / (2.5 + 1e-8) * lp for x, lp in zip(a, log_pi))
+    assert terms["pg_loss"].item() == pytest.approx(want, rel=1e-12)
+    mean, std = advantage_statistics(torch.tensor(a, dtype=torch.float64))
+    hand_mean = sum(a) / len(a)
+    hand_std = math.sqrt(sum((x - hand_mean) ** 2 for x in a) / (len(a) - 1))
+    assert (mean.item(), std.item()) == pytest.approx((hand_mean, hand_std), rel=1e-12)
+
+
+def batch_advantages_by_hand(model, batch, cfg):
+    """The batch's V-trace advantages under the network as it is, in the rewards' units, written out."""
+    with torch.no_grad():
+        logits, baseline, _, _ = model(batch["obs"], batch["reward"], batch["action"], batch["done"],
+                                       tuple(batch[k] for k in sorted(batch) if k.startswith("state_")))
+    rewards, discounts = batch["reward"][1:], (~batch["done"][1:]).float() * cfg.loss.discount
+    actions = batch["action"][1:].unsqueeze(-1)
+    log_rhos = logits[:-1].log_softmax(-1).gather(-1, actions) - batch["logits"][1:].log_softmax(-1).gather(-1, actions)
+    return vtrace(log_rhos.squeeze(-1), discounts, rewards, baseline[:-1], baseline[-1]).pg_advantages
+
+
+def test_every_minibatch_standardises_with_the_batchs_statistics_from_before_its_updates(monkeypatch):
+    """loss.advantage_statistics batch: each of the 2 × 3 updates gets the mean and std of the whole
+    batch's advantages under the network before the first update (PopArt on, so they must be in
+    the rewards' units, not σ's); minibatch: none, each minibatch uses its own."""
+    import agents.learning.learner as learner
+    seen = []
+    real = learner.compute_loss
+
+    def watched(*args, advantage_stats=None, **kwargs):
+        seen.append(advantage_stats)
+        return real(*args, advantage_stats=advantage_stats, **kwargs)
+
+    monkeypatch.setattr(learner, "compute_loss", watched)
+    flags = ("--loss.popart", "true", "--loss.normalize_advantages", "true", "--learner.epochs", "2",
+             "--learner.minibatches", "3")
+    cfg, model = make("lstm", *flags, "--loss.advantage_statistics", "batch")
+    batch = fixed_batch(model)
+    want = batch_advantages_by_hand(model, batch, cfg).double()
+    learn_from_batch(sgd_trainer(model, cfg), model, batch, cfg, torch.Generator().manual_seed(0))
+    assert len(seen) == 6 and all(s is seen[0] for s in seen)
+    assert (seen[0][0].item(), seen[0][1].item()) == pytest.approx((want.mean().item(), want.std().item()), rel=1e-5)
+    seen.clear()
+    cfg, model = make("lstm", *flags)
+    learn_from_batch(sgd_trainer(model, cfg), model, batch, cfg, torch.Generator().manual_seed(0))
+    assert seen == [None] * 6
+
+
+@pytest.mark.parametrize("popart", ["false", "true"])
+def test_one_minibatch_takes_the_same_step_under_either_statistics(popart):
+    """With the whole batch as the one minibatch, its own statistics are the batch's: the same
+    step (bit for bit without PopArt; with it, within float32's rounding of dividing by σ first)."""
+    after = []
+    for where in ("minibatch", "batch"):
+        cfg, model = make("lstm", "--loss.popart", popart, "--loss.normalize_advantages", "true",
+                          "--learner.epochs", "1", "--learner.minibatches", "1", "--loss.advantage_statistics", where)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        learn_from_batch(sgd_trainer(model, cfg), model, fixed_batch(model), cfg, torch.Generator().manual_seed(0))
+        after.append(model.state_dict())
+    assert not all(torch.equal(after[0][k], v) for k, v in before.items())
+    for k in after[0]:
+        if popart == "false":
+            assert torch.equal(after[0][k], after[1][k]), k
+        else:
+            torch.testing.assert_close(after[0][k], after[1][k], rtol=1e-5, atol=1e-6, msg=k)

@@ -29,7 +29,7 @@ from agents.acting.transport import EnvSetup, Transport
 from agents.config import options, to_dict
 from agents.errors import ActorError, ConfigError
 from agents.learning.logger import Logger, RecentMean
-from agents.learning.losses import Unrolls, actor_critic_losses, estimate_returns, total_loss
+from agents.learning.losses import Unrolls, actor_critic_losses, advantage_statistics, estimate_returns, total_loss
 from agents.learning.training import Trainer, configure_kernels, resolve_device
 from agents.network import AgentNet
 from agents.popart import PopArt
@@ -90,7 +90,8 @@ def update_popart(popart: PopArt, logits: Tensor, features: Tensor, batch: dict[
 
 
 def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig, *, old_values: Tensor | None = None,
-                 popart_first: bool = False) -> tuple[Tensor, dict[str, Tensor]]:
+                 popart_first: bool = False,
+                 advantage_stats: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, dict[str, Tensor]]:
     """The loss on a batch of unrolls: IMPALA's, or PPO's clipped surrogate with ``loss.clip``
     (:mod:`agents.learning.losses`), with the advantages and value targets computed here from
     the values the network gives now (:func:`run_unrolls`, :func:`unrolls_of`). The core's aux
@@ -98,7 +99,8 @@ def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig, *,
     an aux weight of 1 weighs them per sample like the summed terms. ``old_values`` [T, N] are
     the values before the batch's first update (for ``loss.value_clip``). ``popart_first``:
     PopArt's statistics move first (:func:`update_popart`; its head's weights change in place
-    before the graph of the loss holds them, so only the head runs twice).
+    before the graph of the loss holds them, so only the head runs twice). ``advantage_stats``: the
+    batch's (mean, std) of the advantages, which ``loss.normalize_advantages`` then uses.
     """
     logits, features, aux = run_unrolls(model, batch, cfg)
     popart = model.baseline if isinstance(model.baseline, PopArt) else None
@@ -106,7 +108,7 @@ def compute_loss(model: AgentNet, batch: dict[str, Tensor], cfg: TrainConfig, *,
     baseline = model.baseline(features).squeeze(-1)
     losses, _ = actor_critic_losses(unrolls_of(logits, baseline, batch, cfg, model), cfg.loss,
                                     value_scale=popart.sigma if popart is not None else None,
-                                    old_values=old_values, returns=returns)
+                                    old_values=old_values, returns=returns, advantage_stats=advantage_stats)
     num_samples = baseline[:-1].numel()  # the loss terms are sums over T x N; aux losses are means
     loss = total_loss(losses, cfg.loss.baseline_cost, cfg.loss.entropy_cost,
                       {k: num_samples * v for k, v in aux.items()}, cfg.loss.aux_loss_weights)
@@ -147,6 +149,10 @@ def learn_from_batch(trainer: Trainer, model: AgentNet, batch: dict[str, Tensor]
     minibatch (the whole batch with one minibatch; :func:`update_popart`). Returns the mean of the
     updates' metrics (``nonfinite``: whether any update was skipped).
 
+    One forward pass over the whole batch without gradients, before the updates, gives the values
+    that ``loss.value_clip`` keeps the value near, and under ``loss.advantage_statistics`` batch the
+    mean and std of the batch's advantages, with which every minibatch standardises its own.
+
     The advantages and value targets are recomputed in every minibatch from the network as it
     is then: its forward pass gives the values anyway, and V-trace's importance weights then
     correct for how far the current policy has moved from the behaviour policy. With one epoch
@@ -156,10 +162,17 @@ def learn_from_batch(trainer: Trainer, model: AgentNet, batch: dict[str, Tensor]
     num_trajectories = batch["reward"].shape[1]
     redraw_random_features(model)  # once per batch: every update on it sees the same features
     popart = isinstance(model.baseline, PopArt)
-    old_values = None
-    if cfg.loss.value_clip is not None:
+    batch_statistics = cfg.loss.normalize_advantages and cfg.loss.advantage_statistics == "batch"
+    old_values = advantage_stats = None
+    if cfg.loss.value_clip is not None or batch_statistics:
         with torch.no_grad():
-            old_values = model.baseline(run_unrolls(model, batch, cfg)[1]).squeeze(-1)[:-1]
+            logits, features, _ = run_unrolls(model, batch, cfg)
+            values = model.baseline(features).squeeze(-1)
+        if cfg.loss.value_clip is not None:
+            old_values = values[:-1]
+        if batch_statistics:
+            advantage_stats = advantage_statistics(
+                estimate_returns(unrolls_of(logits, values, batch, cfg, model), cfg.loss)[1])
     rows = []
     for epoch in range(learner_cfg.epochs):
         parts = ([None] if learner_cfg.minibatches == 1
@@ -169,7 +182,8 @@ def learn_from_batch(trainer: Trainer, model: AgentNet, batch: dict[str, Tensor]
             minibatch_old = old_values if columns is None or old_values is None else old_values[:, columns.to(
                 old_values.device)]
             first = popart and epoch == 0 and i == 0  # PopArt's statistics: once per batch, before its first step
-            loss = functools.partial(compute_loss, model, minibatch, cfg, old_values=minibatch_old, popart_first=first)
+            loss = functools.partial(compute_loss, model, minibatch, cfg, old_values=minibatch_old, popart_first=first,
+                                     advantage_stats=advantage_stats)
             rows.append(trainer.update(loss, redraw=False))
     metrics = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
     metrics["nonfinite"] = max(r["nonfinite"] for r in rows)

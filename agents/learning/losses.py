@@ -52,7 +52,14 @@ class LossConfig:
     gae_lambda: ClosedUnitInterval = 0.95
     """GAE's λ."""
     normalize_advantages: bool = False
-    """Standardise the advantages over each minibatch."""
+    """Standardise the advantages (mean 0, std 1), with ``advantage_statistics``' mean and std."""
+    advantage_statistics: Literal["minibatch", "batch"] = "minibatch"
+    """Whose mean and std ``normalize_advantages`` takes: each minibatch's own (SB3's and CleanRL's, whose
+    minibatches are random samples of the rollout), or the whole batch's under the network before its
+    updates (one more forward pass per batch, without gradients). A minibatch of whole trajectories is
+    one stretch of play per trajectory: its own mean takes out how much better than expected that
+    stretch went, and with it a share of each action's advantage (GAE spreads an action's effect over
+    ~1/(1 − γλ) steps of the trajectory's sum)."""
     scale_rewards: bool = False
     """Divide rewards by the running std of the discounted return (gymnasium's NormalizeReward; CleanRL's
     continuous PPO), in the loss and in the core's input; its statistics ride in the checkpoint."""
@@ -130,6 +137,15 @@ def estimate_returns(u: Unrolls, loss: LossConfig, log_rhos: Optional[Tensor] = 
     return vtrace_returns(u, u.log_probs()[1] if log_rhos is None else log_rhos, loss)
 
 
+@torch.no_grad()
+def advantage_statistics(advantages: Tensor) -> tuple[Tensor, Tensor]:
+    """(mean, std) of a batch's advantages, as ``loss.advantage_statistics`` batch uses them in every
+    minibatch (the unbiased std; a one-sample batch has no spread: std 1, mean 0, A kept as it is)."""
+    if advantages.numel() < 2:
+        return advantages.new_zeros(()), advantages.new_ones(())
+    return advantages.mean(), advantages.std()
+
+
 def policy_loss(log_probs: Tensor, log_rhos: Tensor, advantages: Tensor, clip: Optional[float]) -> dict[str, Tensor]:
     """IMPALA's −Σ A_s log π(a_s|x_s) (advantages held fixed) with ``clip`` None; with ``clip``
     ε, PPO's −Σ min(r_s A_s, clip(r_s, 1 − ε, 1 + ε) A_s), r_s = π/μ, and ``clip_fraction``,
@@ -156,8 +172,8 @@ def value_loss(targets: Tensor, values: Tensor, *, scale: Optional[Tensor] = Non
 
 
 def actor_critic_losses(u: Unrolls, loss: LossConfig, *, value_scale: Optional[Tensor] = None,
-                        old_values: Optional[Tensor] = None,
-                        returns: Optional[tuple[Tensor, Tensor]] = None) -> tuple[dict[str, Tensor], Tensor]:
+                        old_values: Optional[Tensor] = None, returns: Optional[tuple[Tensor, Tensor]] = None,
+                        advantage_stats: Optional[tuple[Tensor, Tensor]] = None) -> tuple[dict[str, Tensor], Tensor]:
     """(terms, value targets [T, B]): :func:`policy_loss`'s terms, ``baseline_loss``
     (:func:`value_loss`) and ``entropy`` −Σ_s Σ_a π(a|x_s) log π(a|x_s) (summed over a
     MultiDiscrete space's components), each summed over the T × B samples.
@@ -166,14 +182,20 @@ def actor_critic_losses(u: Unrolls, loss: LossConfig, *, value_scale: Optional[T
     ``returns`` if the caller has them already. ``value_scale`` σ (PopArt, Hessel et al. 2019,
     §2) divides the value errors, the value clip and the advantages, so the value is regressed in
     normalised units and the policy sees advantages of unit scale; ``loss.normalize_advantages``
-    standardises A over the batch. With the defaults this is exactly IMPALA's loss.
+    standardises A, over these samples or, given ``advantage_stats`` (mean, std) of A in the
+    rewards' units (:func:`advantage_statistics`), with those (σ then cancels). With the defaults
+    this is exactly IMPALA's loss.
     """
     log_probs, log_rhos = u.log_probs()
     targets, advantages = returns or estimate_returns(u, loss, log_rhos)
-    if value_scale is not None:
-        advantages = advantages / value_scale
-    if loss.normalize_advantages and advantages.numel() > 1:  # one sample has no spread (SB3 skips it too)
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    if loss.normalize_advantages and advantage_stats is not None:
+        mean, std = advantage_stats
+        advantages = (advantages - mean) / (std + 1e-8)
+    else:
+        if value_scale is not None:
+            advantages = advantages / value_scale
+        if loss.normalize_advantages and advantages.numel() > 1:  # one sample has no spread (SB3 skips it too)
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
     terms = policy_loss(log_probs, log_rhos, advantages, loss.clip)
     terms["baseline_loss"] = value_loss(targets, u.values, scale=value_scale, old_values=old_values,
                                         clip=loss.value_clip)
