@@ -275,6 +275,18 @@ def test_popart_statistics_skip_a_nonfinite_batch_and_stay_finite_after_it():
         assert torch.isfinite(poisoned.state_dict()[name]).all() and torch.equal(poisoned.state_dict()[name], value)
 
 
+def vtrace_by_hand(model, batch, cfg):
+    """V-trace's targets and advantages of a batch under the network as it is (PopArt's values
+    in the rewards' units), written out from the model's forward pass."""
+    with torch.no_grad():
+        logits, baseline, _, _ = model(batch["obs"], batch["reward"], batch["action"], batch["done"],
+                                       tuple(batch[k] for k in sorted(batch) if k.startswith("state_")))
+    rewards, discounts = batch["reward"][1:], (~batch["done"][1:]).float() * cfg.loss.discount
+    actions = batch["action"][1:].unsqueeze(-1)
+    log_rhos = logits[:-1].log_softmax(-1).gather(-1, actions) - batch["logits"][1:].log_softmax(-1).gather(-1, actions)
+    return vtrace(log_rhos.squeeze(-1), discounts, rewards, baseline[:-1], baseline[-1])
+
+
 def test_popart_statistics_move_before_the_batchs_gradient_steps():
     """van Hasselt et al. 2016, Algorithm 1: μ and σ move to the batch's value targets first, so
     the first update's loss is in the new normalisation; the targets are the network's before
@@ -282,13 +294,7 @@ def test_popart_statistics_move_before_the_batchs_gradient_steps():
     cfg, model = make("lstm", "--loss.popart", "true", "--learner.epochs", "1", "--learner.minibatches", "1")
     batch = fixed_batch(model)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    with torch.no_grad():
-        logits, baseline, _, _ = model(batch["obs"], batch["reward"], batch["action"], batch["done"],
-                                       tuple(batch[k] for k in sorted(batch) if k.startswith("state_")))
-    rewards, discounts = batch["reward"][1:], (~batch["done"][1:]).float() * cfg.loss.discount
-    actions = batch["action"][1:].unsqueeze(-1)
-    log_rhos = logits[:-1].log_softmax(-1).gather(-1, actions) - batch["logits"][1:].log_softmax(-1).gather(-1, actions)
-    targets = vtrace(log_rhos.squeeze(-1), discounts, rewards, baseline[:-1], baseline[-1]).vs
+    targets = vtrace_by_hand(model, batch, cfg).vs
     want = PopArt(model.baseline.in_features, step=cfg.loss.popart_step).double()
     want.update(targets.double())
     seen = []  # the statistics the first update's loss was computed with, and the weights before its step
@@ -340,17 +346,6 @@ def test_the_batchs_statistics_standardise_a_minibatch_against_a_hand_standardis
     assert (mean.item(), std.item()) == pytest.approx((hand_mean, hand_std), rel=1e-12)
 
 
-def batch_advantages_by_hand(model, batch, cfg):
-    """The batch's V-trace advantages under the network as it is, in the rewards' units, written out."""
-    with torch.no_grad():
-        logits, baseline, _, _ = model(batch["obs"], batch["reward"], batch["action"], batch["done"],
-                                       tuple(batch[k] for k in sorted(batch) if k.startswith("state_")))
-    rewards, discounts = batch["reward"][1:], (~batch["done"][1:]).float() * cfg.loss.discount
-    actions = batch["action"][1:].unsqueeze(-1)
-    log_rhos = logits[:-1].log_softmax(-1).gather(-1, actions) - batch["logits"][1:].log_softmax(-1).gather(-1, actions)
-    return vtrace(log_rhos.squeeze(-1), discounts, rewards, baseline[:-1], baseline[-1]).pg_advantages
-
-
 def test_every_minibatch_standardises_with_the_batchs_statistics_from_before_its_updates(monkeypatch):
     """loss.advantage_statistics batch: each of the 2 × 3 updates gets the mean and std of the whole
     batch's advantages under the network before the first update (PopArt on, so they must be in
@@ -368,7 +363,7 @@ def test_every_minibatch_standardises_with_the_batchs_statistics_from_before_its
              "--learner.minibatches", "3")
     cfg, model = make("lstm", *flags, "--loss.advantage_statistics", "batch")
     batch = fixed_batch(model)
-    want = batch_advantages_by_hand(model, batch, cfg).double()
+    want = vtrace_by_hand(model, batch, cfg).pg_advantages.double()
     learn_from_batch(sgd_trainer(model, cfg), model, batch, cfg, torch.Generator().manual_seed(0))
     assert len(seen) == 6 and all(s is seen[0] for s in seen)
     assert (seen[0][0].item(), seen[0][1].item()) == pytest.approx((want.mean().item(), want.std().item()), rel=1e-5)
