@@ -140,7 +140,7 @@ def estimate_returns(u: Unrolls, loss: LossConfig, log_rhos: Optional[Tensor] = 
 @torch.no_grad()
 def advantage_statistics(advantages: Tensor) -> tuple[Tensor, Tensor]:
     """(mean, std) of a batch's advantages, as ``loss.advantage_statistics`` batch uses them in every
-    minibatch (the unbiased std; a one-sample batch has no spread: std 1, mean 0, A kept as it is)."""
+    minibatch (the unbiased std; a one-sample batch has no spread: mean 0, std 1)."""
     if advantages.numel() < 2:
         return advantages.new_zeros(()), advantages.new_ones(())
     return advantages.mean(), advantages.std()
