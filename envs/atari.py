@@ -178,11 +178,25 @@ class Atari:
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """Step every env with ``actions`` (int [N], values in 0..num_actions-1); see the class docstring."""
-        actions = check_actions(actions, self.num_envs, self.num_actions)
-        obs, reward, terminated, truncated, info = self._env.step(actions)
+        self.send(actions)
+        return self.recv()
+
+    def send(self, actions: Any) -> None:
+        """The first half of :meth:`step`: hand ``actions`` to the emulator threads, which play
+        the step until :meth:`recv` collects it. Sending to several envs before receiving from any
+        plays their games at once (evaluate.py's games of one env each)."""
+        self._actions = check_actions(actions, self.num_envs, self.num_actions)
+        self._env.send(self._actions)
+        if self._screen_env is not None:
+            self._screen_env.send(self._actions)
+
+    def recv(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """The second half of :meth:`step`: wait for the step :meth:`send` started; returns what
+        :meth:`step` returns."""
+        obs, reward, terminated, truncated, info = self._env.recv()
         self._check_order(info)
         if self._screen_env is not None:  # a game's last screen, not the next one's first
-            screen, screen_reward, over, cut, screen_info = self._screen_env.step(actions)
+            screen, screen_reward, over, cut, screen_info = self._screen_env.recv()
             if not (np.array_equal(screen_reward, reward) and np.array_equal(over, terminated)):
                 raise RuntimeError("the screen's emulator (rgb_frames) no longer plays the same game")
             last = screen_info.get("final_obs", screen)

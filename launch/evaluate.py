@@ -22,7 +22,11 @@ costs only itself. A line on stderr says every 10 s how many games each checkpoi
 
 Reported per checkpoint: the 5 run means, their mean and their standard deviation (numpy's
 ``std``, ddof 0; ``--ddof 1`` for the sample std). The (checkpoint, run) jobs run in parallel
-over ``--workers`` processes (default: all cores). Writes ``OUT/evaluation.json`` (every
+over ``--workers`` processes (default: all cores); where they would leave workers idle or
+unevenly loaded (one run on 2 cores, 5 runs on 2), each run's games are split into consecutive
+parts played by different workers, the fewest that share the work evenly. A game's seed and
+score do not depend on the split; with ``--sample`` a part after the first draws from a stream
+of its own. Writes ``OUT/evaluation.json`` (every
 episode's score and length), ``OUT/evaluation.csv`` (a row per checkpoint) and
 ``OUT/evaluation.md``: one table per step in Table 9/10's
 layout (rows games, columns cores), each cell ours with the paper's figure beside it where the
@@ -40,6 +44,7 @@ from __future__ import annotations
 import glob
 import itertools
 import json
+import math
 import multiprocessing as mp
 import os
 import re
@@ -83,7 +88,7 @@ def play(games: list[Any], policy: Any, episodes_per_game: int,
     while rows.size:
         action = np.asarray(policy(obs, reward, action, done, rows))
         env_action = to_env(action)
-        steps = [games[i].step(env_action[k:k + 1]) for k, i in enumerate(rows)]
+        steps = step_each([games[i] for i in rows], [env_action[k:k + 1] for k in range(rows.size)])
         obs, reward, done = (np.concatenate([step[j] for step in steps]) for j in range(3))
         playing = np.ones(rows.size, bool)
         for k in np.flatnonzero(done):
@@ -98,24 +103,49 @@ def play(games: list[Any], policy: Any, episodes_per_game: int,
     return scores, lengths
 
 
+def step_each(games: list[Any], actions: list[np.ndarray]) -> list[tuple]:
+    """``game.step(action)`` for each game; games that can be stepped in halves (Atari's
+    ``send``/``recv``) are all sent their actions before any is waited on, so their emulators
+    play the step at once rather than one after another."""
+    for game, action in zip(games, actions):
+        if hasattr(game, "send"):
+            game.send(action)
+    return [game.recv() if hasattr(game, "send") else game.step(action) for game, action in zip(games, actions)]
+
+
 def run_one(make_env: Callable[[int, int], Any], make_policy: Callable[[int], Any], run: int, episodes: int,
-            envs_per_run: int | None, seed: int, on_game_over: Callable[[], None] = lambda: None) -> dict[str, list]:
+            envs_per_run: int | None, seed: int, on_game_over: Callable[[], None] = lambda: None, *,
+            games: range | None = None) -> dict[str, list]:
     """Run ``run`` of the protocol: ``envs_per_run`` games, game i ``make_env(1, seed + run *
     envs_per_run + i)``, play ``episodes`` whole episodes with ``make_policy(run)``, ``episodes /
-    envs_per_run`` each (:func:`play`). Returns ``{"scores": [...], "lengths": [...]}``."""
+    envs_per_run`` each (:func:`play`); with ``games``, only the run's games i in that range (a part
+    of the run, for one worker). Returns ``{"scores": [...], "lengths": [...]}``, game by game."""
     n = envs_per_run or episodes
     if episodes % n:
         raise ValueError(f"episodes ({episodes}) must be a multiple of envs_per_run ({n})")
-    games: list[Any] = []
+    played: list[Any] = []
     try:
-        for i in range(n):
-            games.append(make_env(1, seed + run * n + i))
-        scores, lengths = play(games, make_policy(run), episodes // n, on_game_over)
+        for i in range(n) if games is None else games:
+            played.append(make_env(1, seed + run * n + i))
+        scores, lengths = play(played, make_policy(run), episodes // n, on_game_over)
     finally:
-        for game in games:
+        for game in played:
             game.close()
     return {"scores": [s for per_env in scores for s in per_env],
             "lengths": [x for per_env in lengths for x in per_env]}
+
+
+def parts_per_run(jobs: int, workers: int, games: int) -> int:
+    """Into how many parts each of ``jobs`` runs of ``games`` games is split so that ``workers``
+    processes share the work evenly: the fewest that make the parts a multiple of the workers
+    (1 run on 2 workers: 2 parts; 5 runs on 2 workers: 10 parts, 5 each), at most a game a part."""
+    return min(games, workers // math.gcd(jobs, workers))
+
+
+def split_runs(games: int, parts: int) -> list[range]:
+    """A run's ``games`` games in ``parts`` consecutive ranges whose sizes differ by at most one."""
+    bounds = [games * k // parts for k in range(parts + 1)]
+    return [range(a, b) for a, b in zip(bounds, bounds[1:])]
 
 
 def summarize(runs: list[dict[str, list]], ddof: int = 0) -> dict[str, Any]:
@@ -299,18 +329,23 @@ def evaluate_job(job: dict[str, Any], on_game_over: Callable[[], None] | None = 
             return envs.make(cfg.env.name, num_envs=num_envs, seed=seed, **options)
         os.makedirs(job["video"], exist_ok=True)
         screen = {"rgb_frames": True} if cfg.env.name == "atari" else {}
-        return RecordedGame(envs.make(cfg.env.name, num_envs=num_envs, seed=seed, **options, **screen),
+        return RecordedGame(envs.make(cfg.env.name, num_envs=num_envs, seed=seed, **{**options, **screen}),
                             os.path.join(job["video"], f"game{game:03d}.mp4"))
 
+    first, stop = job["games"]
+    # run r samples from seed + r; a part of a run split over workers from a stream of its own
+    policy_seed = job["seed"] + job["run"] if first == 0 else int(
+        np.random.SeedSequence([job["seed"] + job["run"], first]).generate_state(1)[0])
+
     def make_policy(run: int) -> ModelPolicy:
-        return ModelPolicy(model, num_envs=job["envs_per_run"] or job["episodes"], sample=job["sample"],
-                           seed=job["seed"] + run, device=job["device"], memory=job["memory"])
+        return ModelPolicy(model, num_envs=stop - first, sample=job["sample"], seed=policy_seed,
+                           device=job["device"], memory=job["memory"])
 
     if on_game_over is None:
         on_game_over = (lambda: _GAMES_OVER.put(job["checkpoint"])) if _GAMES_OVER is not None else (lambda: None)
     start = time.time()
     result = run_one(make_env, make_policy, job["run"], job["episodes"], job["envs_per_run"], job["seed"],
-                     on_game_over)
+                     on_game_over, games=range(first, stop))
     return {**job, **result, "seconds": time.time() - start}
 
 
@@ -336,14 +371,17 @@ def evaluate(paths: list[str], args: Any) -> list[dict[str, Any]]:
     infos = [describe(p) for p in paths]
     if args.video and (silent := sorted({i["env"] for i in infos if not hasattr(envs.env_class(i["env"]), "render")})):
         raise UsageError(f"--video: the {', '.join(silent)} env cannot draw its games (Atari and the maze can)")
-    jobs = [{"checkpoint": info["checkpoint"], "run": r, "episodes": args.episodes, "envs_per_run": args.envs_per_run,
-             "sample": samples_actions(info["env"], args.sample), "seed": args.seed,
-             "env_overrides": played(info["env"]), "device": args.device, "memory": args.memory,
+    games = args.envs_per_run or args.episodes  # per run
+    workers = max(1, args.workers or os.cpu_count() or 1)
+    parts = split_runs(games, parts_per_run(len(infos) * args.runs, workers, games))
+    jobs = [{"checkpoint": info["checkpoint"], "run": r, "games": (part.start, part.stop), "episodes": args.episodes,
+             "envs_per_run": args.envs_per_run, "sample": samples_actions(info["env"], args.sample),
+             "seed": args.seed, "env_overrides": played(info["env"]), "device": args.device, "memory": args.memory,
              "video": args.video and os.path.join(args.video, f"{info['game']}-{info['core']}-{info['step']}"),
              "video_games": args.video_games}
-            for info in infos for r in range(args.runs)]
-    workers = max(1, min(args.workers or os.cpu_count() or 1, len(jobs)))
-    progress = Progress({info["checkpoint"]: args.runs * (args.envs_per_run or args.episodes) for info in infos})
+            for info in infos for r in range(args.runs) for part in parts]
+    workers = min(workers, len(jobs))
+    progress = Progress({info["checkpoint"]: args.runs * games for info in infos})
     done_jobs: list[dict[str, Any]] = []
     if workers == 1:
         for job in jobs:
@@ -364,8 +402,12 @@ def evaluate(paths: list[str], args: Any) -> list[dict[str, Any]]:
                     progress.game_over(games_over.get())
     results = []
     for info in infos:
-        mine = sorted((j for j in done_jobs if j["checkpoint"] == info["checkpoint"]), key=lambda j: j["run"])
-        per_run = [{"run": j["run"], "scores": j["scores"], "lengths": j["lengths"]} for j in mine]
+        per_run = []
+        for r in range(args.runs):  # a run's parts, game by game
+            parts_played = sorted((j for j in done_jobs if j["checkpoint"] == info["checkpoint"] and j["run"] == r),
+                                  key=lambda j: j["games"])
+            per_run.append({"run": r, "scores": [s for j in parts_played for s in j["scores"]],
+                            "lengths": [x for j in parts_played for x in j["lengths"]]})
         policy = "sample" if samples_actions(info["env"], args.sample) else "argmax"
         results.append({**info, "policy": policy, "memory": args.memory, "seed": args.seed,
                         "env_overrides": played(info["env"]), "ddof": args.ddof, **summarize(per_run, args.ddof),
@@ -374,7 +416,9 @@ def evaluate(paths: list[str], args: Any) -> list[dict[str, Any]]:
 
 
 def _report(job: dict[str, Any], k: int, total: int) -> None:
-    print(f"[{k}/{total}] {os.path.relpath(job['checkpoint'])} run {job['run']}: "
+    first, stop = job["games"]
+    part = "" if first == 0 and stop == (job["envs_per_run"] or job["episodes"]) else f" games {first}-{stop - 1}"
+    print(f"[{k}/{total}] {os.path.relpath(job['checkpoint'])} run {job['run']}{part}: "
           f"mean {np.mean(job['scores']):.1f} over {len(job['scores'])} episodes ({job['seconds']:.0f}s)",
           file=sys.stderr, flush=True)
 
@@ -495,7 +539,7 @@ def make_parser() -> Any:
                    help="Std of the run means: 0 population (numpy's default), 1 sample.")
     p.add_argument("--sticky_action_prob", type=float, default=0.25,
                    help="Atari: probability of repeating the previous action in evaluation; the papers' 0.25 "
-                        "whatever the checkpoint trained with (atari_cpu.yaml trains with 0).")
+                        "whatever the checkpoint trained with (a run of --env.sticky_action_prob 0, say).")
     p.add_argument("--max_episode_frames", type=int, default=None,
                    help="Override the env's frame limit, for quick checks (the protocol keeps 108000).")
     p.add_argument("--out", type=str, default="runs/eval", help="Directory for evaluation.json, .csv and .md.")

@@ -76,13 +76,13 @@ def test_results_out_of_env_order_are_an_error():
     env = envs.make("atari", num_envs=2, game="Pong")
     try:
         env.reset()
-        ale_step = env._env.step
+        ale_recv = env._env.recv
 
-        def permuted_step(actions):
-            obs, reward, terminated, truncated, info = ale_step(actions)
+        def permuted_recv():
+            obs, reward, terminated, truncated, info = ale_recv()
             return obs, reward, terminated, truncated, {**info, "env_id": info["env_id"][::-1]}
 
-        env._env.step = permuted_step
+        env._env.recv = permuted_recv
         with pytest.raises(RuntimeError, match=r"order \[1, 0\]"):
             env.step(np.array([0, 1]))
     finally:
@@ -331,7 +331,8 @@ def test_launcher_config_is_the_papers():
 def test_cpu_recipe_loads_and_its_batches_add_up():
     """launch/configs/atari_cpu.yaml: the Nature stem and CleanRL's ppo_atari numbers, with 16 envs x 64
     steps = 1,024 steps a batch in 4 x 4 minibatches of 4 whole trajectories (256 steps), CleanRL's
-    gradient clip of 0.5 on a mean loss as 0.5 x 256 on our summed one, and one batch's buffers."""
+    gradient clip of 0.5 on a mean loss as 0.5 x 256 on our summed one, one batch's buffers, and the
+    papers' protocol (sticky actions 0.25)."""
     from agents.run_config import check_config
 
     cfg = load_config(["--config", os.path.join(ROOT, "launch", "configs", "atari_cpu.yaml")])
@@ -351,7 +352,8 @@ def test_cpu_recipe_loads_and_its_batches_add_up():
         (0.1, "gae", 0.95, 0.99, 0.01, 0.5)
     assert loss.normalize_advantages and (o.name, o.lr, o.eps, o.lr_decay) == ("adam", 2.5e-4, 1e-5, False)
     assert cfg.network.bf16
-    assert cfg.env.sticky_action_prob == 0.0 and cfg.env.noop_max == 30  # CleanRL's Pong; evaluated with 0.25
+    assert cfg.env.sticky_action_prob == 0.25 and cfg.env.noop_max == 30  # the papers' protocol, as evaluated
+    assert loss.advantage_statistics == "batch"  # recipe v6
     assert cfg.run.total_steps == 2_500_000 and cfg.checkpoint.milestones == [1_000_000, 2_500_000]
     model = AgentNet((4, 84, 84), 6, cfg.core.name, {}, network=cfg.network)
     assert model.stem.output_size == 512

@@ -385,7 +385,7 @@ def test_memory_ablation_is_checked():
 
 
 def test_atari_is_scored_with_the_papers_sticky_actions_whatever_it_trained_with(monkeypatch):
-    """atari_cpu.yaml trains with sticky actions 0; the evaluation plays the protocol's 0.25
+    """A run may train without sticky actions (`--env.sticky_action_prob 0`); the evaluation plays the protocol's 0.25
     (``--sticky_action_prob``), and keeps the checkpoint's other options."""
     from launch import atari
 
@@ -408,3 +408,99 @@ def test_atari_is_scored_with_the_papers_sticky_actions_whatever_it_trained_with
     for name, options in made:
         assert name == "atari" and options["sticky_action_prob"] == 0.25 and options["noop_max"] == 7
     assert evaluate.load(["x.pt"]).sticky_action_prob == 0.25
+
+
+@pytest.mark.parametrize("jobs,workers,games,parts", [(1, 2, 30, 2), (5, 2, 30, 2), (4, 2, 30, 1), (3, 2, 30, 2),
+                                                      (1, 16, 3, 3), (2, 1, 30, 1), (6, 4, 30, 2)])
+def test_runs_are_split_into_the_fewest_parts_that_share_the_workers_evenly(jobs, workers, games, parts):
+    assert evaluate.parts_per_run(jobs, workers, games) == parts
+    if parts < games:  # the parts keep every worker busy to the end: a whole number of rounds
+        assert jobs * parts % workers == 0
+    split = evaluate.split_runs(games, parts)
+    assert [g for part in split for g in part] == list(range(games))  # every game once, in order
+    assert max(map(len, split)) - min(map(len, split)) <= 1
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_a_run_split_into_parts_scores_each_game_as_the_whole_run_does(monkeypatch, parts):
+    """Each run of 6 CountingEnv games, played whole or in 2 or 3 parts (one process plays them
+    one after another): the same games, seeds, scores and lengths, in the same order."""
+    from launch import atari
+
+    cfg = atari.load([])
+    played_sizes = []
+
+    def make(name, num_envs, seed, **options):
+        return CountingEnv(num_envs, seed)
+
+    class Sized(_CountingModel):
+        def initial_state(self, batch_size, device=None):
+            played_sizes.append(batch_size)
+            return super().initial_state(batch_size, device)
+
+    monkeypatch.setattr(evaluate, "load_agent", lambda path: (Sized(), cfg, {}))
+    monkeypatch.setattr(evaluate, "describe", lambda path: {"checkpoint": path, "env": "atari", "game": "Pong",
+                                                             "core": "lstm", "step": 0})
+    monkeypatch.setattr(envs, "make", make)
+    monkeypatch.setattr(evaluate, "_MODELS", {})
+    monkeypatch.setattr(evaluate, "parts_per_run", lambda jobs, workers, games: parts)
+    args = evaluate.load(["x.pt", "--runs", "2", "--episodes", "12", "--envs_per_run", "6", "--workers", "1",
+                          "--seed", "3"])
+    (result,) = evaluate.evaluate(["x.pt"], args)
+    assert sorted(played_sizes) == sorted([len(p) for p in evaluate.split_runs(6, parts)] * 2)
+    for r, run in enumerate(result["per_run"]):
+        base = 3 + r * 6  # game i of run r is seeded 3 + r * 6 + i whatever the split
+        assert run["run"] == r
+        assert run["scores"] == [(base + i) * 10 + k for i in range(6) for k in range(2)]
+        assert run["lengths"] == [1 + (base + i + k) % 4 for i in range(6) for k in range(2)]
+
+
+def test_games_that_step_in_halves_are_all_sent_before_any_is_received():
+    """step_each starts every send/recv game's step before it waits on one (so their emulator
+    threads play at once), steps the others with step(), and returns the results in order."""
+    calls = []
+
+    class Halves:
+        def __init__(self, name):
+            self.name = name
+
+        def send(self, action):
+            calls.append(("send", self.name, int(action[0])))
+
+        def recv(self):
+            calls.append(("recv", self.name))
+            return self.name
+
+    class Whole:
+        def step(self, action):
+            calls.append(("step", int(action[0])))
+            return "whole"
+
+    out = evaluate.step_each([Halves("a"), Whole(), Halves("b")], [np.array([1]), np.array([2]), np.array([3])])
+    assert out == ["a", "whole", "b"]
+    assert calls == [("send", "a", 1), ("send", "b", 3), ("recv", "a"), ("step", 2), ("recv", "b")]
+
+
+def test_video_of_a_checkpoint_whose_config_names_rgb_frames(tmp_path, monkeypatch):
+    """A checkpoint's env section holds every Atari option, rgb_frames (false) among them: --video
+    still records (it once passed rgb_frames twice), one readable MP4 a game, a frame per step
+    and the start."""
+    import imageio
+
+    from launch import atari
+
+    cfg = atari.load(["--env.game", "SpaceInvaders"])
+    assert "rgb_frames" in vars(cfg.env)
+    monkeypatch.setattr(evaluate, "load_agent", lambda path: (_CountingModel(), cfg, {}))
+    monkeypatch.setattr(evaluate, "describe", lambda path: {"checkpoint": path, "env": "atari",
+                                                             "game": "SpaceInvaders", "core": "ff", "step": 0})
+    monkeypatch.setattr(evaluate, "_MODELS", {})
+    args = evaluate.load(["x.pt", "--runs", "1", "--episodes", "2", "--workers", "1", "--max_episode_frames", "80",
+                          "--video", str(tmp_path)])
+    (result,) = evaluate.evaluate(["x.pt"], args)
+    assert result["per_run"][0]["lengths"] == [20, 20]
+    for game in (0, 1):
+        reader = imageio.get_reader(str(tmp_path / "SpaceInvaders-ff-0" / f"game{game:03d}.mp4"), format="FFMPEG")
+        frames = np.stack([frame for frame in reader])  # its len() is inf
+        reader.close()
+        assert frames.shape == (21, 210, 160, 3)
