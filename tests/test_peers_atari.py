@@ -24,7 +24,7 @@ def test_atari_pong_parses_and_runs_atari_cpu_beside_ppo_by_default():
     core = peers.default_core(args.env)
     config = peers.deltabeast_config(args.env, core=core, seed=0, steps=None, flags=[], run_dir="unused")
     assert core == "ff" and config.core.name == "ff" and config.network.stem == "nature"  # atari_cpu.yaml's
-    assert config.env.game == "Pong" and config.env.sticky_action_prob == 0.0 and config.run.total_steps == 2_500_000
+    assert config.env.game == "Pong" and config.env.sticky_action_prob == 0.25 and config.run.total_steps == 2_500_000
 
 
 def test_recurrent_ppo_is_refused_on_atari():
