@@ -185,10 +185,10 @@ class Atari:
         """The first half of :meth:`step`: hand ``actions`` to the emulator threads, which play
         the step until :meth:`recv` collects it. Sending to several envs before receiving from any
         plays their games at once (evaluate.py's games of one env each)."""
-        self._actions = check_actions(actions, self.num_envs, self.num_actions)
-        self._env.send(self._actions)
+        actions = check_actions(actions, self.num_envs, self.num_actions)
+        self._env.send(actions)
         if self._screen_env is not None:
-            self._screen_env.send(self._actions)
+            self._screen_env.send(actions)
 
     def recv(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """The second half of :meth:`step`: wait for the step :meth:`send` started; returns what
