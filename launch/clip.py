@@ -1,6 +1,6 @@
 """A short looping GIF cut from a game's MP4 (``launch/evaluate.py --video``), for a README or a page.
 
-    python launch/clip.py runs/video/Pong-ff-2500000/game000.mp4 docs/atari_pong_cpu.gif --start 30 --seconds 8
+    python launch/clip.py runs/video/Pong-ff-2500608/game000.mp4 docs/atari_pong_cpu.gif --start 30 --seconds 8
 
 The frames from ``--start`` seconds for ``--seconds`` seconds of the video's time, every
 ``--every``-th of them (a smaller file at a lower frame rate), written by imageio's pillow plugin
