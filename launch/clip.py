@@ -14,10 +14,13 @@ import sys
 import numpy as np
 
 from agents.errors import UsageError, UserError, exit_on_error
+from agents.files import atomic_write
 
 
-def read_video(path: str) -> tuple[np.ndarray, float]:
-    """All frames of the MP4 ``path`` as one ``[N, H, W, 3]`` uint8 array, and its frames per second."""
+def read_window(path: str, start_s: float, stop_s: float) -> tuple[list[np.ndarray], float, int]:
+    """The frames of the MP4 ``path`` from ``start_s`` to ``stop_s`` seconds (uint8 ``[H, W, 3]``
+    each), its frames per second, and how many frames were decoded: decoding stops at the window's
+    end (a stalled game's video holds 27,001 frames)."""
     import imageio
 
     try:
@@ -25,25 +28,33 @@ def read_video(path: str) -> tuple[np.ndarray, float]:
     except Exception as e:  # the file is input: a missing or broken one is one line
         raise UserError(f"cannot read the video {path}: {type(e).__name__}: {e}".splitlines()[0]) from None
     try:
-        return np.stack([frame for frame in reader]), float(reader.get_meta_data()["fps"])  # len() is inf
+        fps = float(reader.get_meta_data()["fps"])
+        first, stop = round(start_s * fps), round(stop_s * fps)
+        frames, decoded = [], 0
+        for frame in reader:  # len(reader) is inf: count while reading
+            if decoded >= stop:
+                break
+            if decoded >= first:
+                frames.append(frame)
+            decoded += 1
+        return frames, fps, decoded
     finally:
         reader.close()
 
 
 def clip(video: str, gif: str, *, start_s: float, seconds: float, every: int = 1) -> int:
     """Write frames ``[start_s, start_s + seconds)`` of ``video``, every ``every``-th, to the
-    looping GIF ``gif``; returns how many frames it holds."""
+    looping GIF ``gif`` (atomically); returns how many frames it holds."""
     if start_s < 0 or seconds <= 0 or every < 1:
         raise UsageError(f"--start must be >= 0, --seconds > 0 and --every >= 1 (got {start_s}, {seconds}, {every})")
-    frames, fps = read_video(video)
-    first, stop = round(start_s * fps), min(len(frames), round((start_s + seconds) * fps))
-    if first >= len(frames):
-        raise UsageError(f"--start {start_s}: {video} lasts {len(frames) / fps:.1f} s "
-                         f"({len(frames)} frames at {fps:g}/s)")
+    frames, fps, decoded = read_window(video, start_s, start_s + seconds)
+    if not frames:
+        raise UsageError(f"--start {start_s}: {video} lasts {decoded / fps:.1f} s ({decoded} frames at {fps:g}/s)")
     import imageio.v3 as iio
 
-    kept = frames[first:stop:every]
-    iio.imwrite(gif, kept, extension=".gif", duration=1000.0 * every / fps, loop=0)
+    kept = np.stack(frames[::every])
+    atomic_write(gif, lambda f: iio.imwrite(f, kept, extension=".gif", duration=1000.0 * every / fps, loop=0),
+                 "the GIF")
     return len(kept)
 
 
