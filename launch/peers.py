@@ -35,7 +35,9 @@ frame skip and frame limit, no life-loss ends and no FIRE at reset (as ours; RL 
 ``AtariWrapper`` has both), and learns from sign-clipped rewards (``AtariWrapper``'s
 ``ClipRewardEnv``). Its frames equal ours bit for bit; only the first 3 frame stacks of a game
 differ, where SB3's ``VecFrameStack`` pads with black frames and ours repeats the game's first
-(tests/test_peers_atari.py). Both curves are of raw whole-game scores.
+(tests/test_peers_atari.py). Both curves are of raw whole-game scores. Atari's table
+(:func:`atari_table`) gives the return at equal steps (0.5M to 2.5M) and at equal wall time (15 to
+135 minutes), and ``--plot`` draws it against both.
 
 The score at a step S is the mean return of the last 100 episodes finished by S, for both
 (RecurrentPPO's ``ep_rew_mean`` window; DeltaBeast's ``log.return_window`` is set to 100). Each
@@ -67,7 +69,7 @@ import numpy as np
 from agents.files import atomic_write, atomic_write_text
 from agents.run_config import TrainConfig
 from agents.tables import markdown_table
-from launch.scores import CHECKPOINTS, median_normalised_returns, seed_values
+from launch.scores import CHECKPOINTS, at_step, median_normalised_returns, seed_values
 from launch.sweep import Trial, is_gym, trial_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,6 +80,8 @@ PPO_ENVS = 16
 PPO_LSTM = 128
 ALGOS = ("deltabeast", "recurrent_ppo", "ppo")
 ATARI_ALGOS = ("deltabeast", "ppo")
+ATARI_STEPS = (500_000, 1_000_000, 1_500_000, 2_000_000, 2_500_000)  # issue 73's equal-step milestones (10M frames)
+ATARI_MINUTES = (15, 30, 45, 90, 135)  # equal wall time: atari_cpu.yaml's Pong run is ~45 min, 135 is 3x it
 # Sample Factory's APPO (issue 73's speed anchor, "if it installs") does not install beside us: its last
 # release (2.1.1) pins gymnasium<1.0 and numpy<2 (ours: gymnasium>=1.0 for MuJoCo v5 and ale-py 0.12),
 # and its Atari envs are NoFrameskip-v4 (no sticky actions), off the protocol the table compares on.
@@ -130,7 +134,8 @@ def default_core(env: str) -> str:
 
 
 def run_deltabeast(env: str, core: str, seed: int, steps: int, flags: list[str], run_dir: str) -> dict[str, Any]:
-    """Train DeltaBeast on ``env``; its curve is its log's windowed mean return."""
+    """Train DeltaBeast on ``env``; its curve is its log's windowed mean return, and ``curve_wall_s``
+    the run's seconds at each of its points (the log's ``time``)."""
     from agents.learning.learner import train
     from agents.learning.logger import CSV_NAME, read_csv
 
@@ -140,9 +145,9 @@ def run_deltabeast(env: str, core: str, seed: int, steps: int, flags: list[str],
     start = time.time()
     train(cfg)
     wall = time.time() - start
-    rows = read_csv(os.path.join(run_dir, CSV_NAME))
-    curve = [(int(r["step"]), float(r["mean_return"])) for r in rows if math.isfinite(r.get("mean_return", math.nan))]
-    return {"curve": curve, "wall_s": wall}
+    rows = [r for r in read_csv(os.path.join(run_dir, CSV_NAME)) if math.isfinite(r.get("mean_return", math.nan))]
+    return {"curve": [(int(r["step"]), float(r["mean_return"])) for r in rows],
+            "curve_wall_s": [float(r["time"]) for r in rows], "wall_s": wall}
 
 
 def make_single_env(env: str, seed: int, index: int, observe: str = "all") -> Any:
@@ -211,7 +216,8 @@ def missing_peers() -> Exception:
 def learn_curve(model: Any, steps: int, *, save_to: str | None = None,
                 save_every_s: float = SAVE_EVERY_S) -> dict[str, Any]:
     """Train the SB3 ``model`` for ``steps`` env steps and close its envs; the curve is the windowed
-    mean of the returns that its envs' ``Monitor`` reports.
+    mean of the returns that its envs' ``Monitor`` reports, and ``curve_wall_s`` the run's seconds
+    (across resumes) when each of its episodes ended.
 
     With ``save_to`` (a path without its extension), the model (``<save_to>.zip``: weights,
     optimiser, step count) and the episodes and wall time so far (``<save_to>.json``) are saved,
@@ -222,13 +228,14 @@ def learn_curve(model: Any, steps: int, *, save_to: str | None = None,
     resumed at (``resumed_at``)."""
     from stable_baselines3.common.callbacks import BaseCallback
 
-    finished: list[tuple[int, float]] = []
+    finished: list[tuple[int, float, float]] = []  # (step, return, wall seconds) of each episode
     wall_before, resumed_at = 0.0, []
     if save_to is not None and os.path.exists(save_to + ".json"):
         with open(save_to + ".json") as f:
             saved = json.load(f)
         model = type(model).load(save_to + ".zip", env=model.get_env(), device=model.device)  # learn() resets the envs
-        finished = [(int(step), float(ret)) for step, ret in saved["finished"] if step <= model.num_timesteps]
+        finished = [(int(step), float(ret), float(wall)) for step, ret, wall in saved["finished"]
+                    if step <= model.num_timesteps]
         wall_before, resumed_at = saved["wall_s"], [*saved["resumed_at"], model.num_timesteps]
     start = last_save = time.time()
 
@@ -241,7 +248,8 @@ def learn_curve(model: Any, steps: int, *, save_to: str | None = None,
         def _on_step(self) -> bool:
             for info in self.locals["infos"]:
                 if "episode" in info:
-                    finished.append((self.num_timesteps, float(info["episode"]["r"])))
+                    finished.append((self.num_timesteps, float(info["episode"]["r"]),
+                                     wall_before + time.time() - start))
             return True
 
         def _on_rollout_end(self) -> None:
@@ -256,7 +264,8 @@ def learn_curve(model: Any, steps: int, *, save_to: str | None = None,
     for leftover in ([save_to + ".zip", save_to + ".json"] if save_to is not None else []):
         if os.path.exists(leftover):
             os.remove(leftover)
-    return {"curve": windowed_curve(finished), "wall_s": wall, "resumed_at": resumed_at}
+    return {"curve": windowed_curve([(step, ret) for step, ret, _ in finished]),
+            "curve_wall_s": [wall for *_, wall in finished], "wall_s": wall, "resumed_at": resumed_at}
 
 
 def rl_zoo_value(value: Any) -> Any:
@@ -366,6 +375,32 @@ def score_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
     return "\n".join(markdown_table(header, table))
 
 
+def wall_curve(run: dict[str, Any]) -> list[tuple[float, float]]:
+    """The run's curve against its wall seconds, (seconds, mean return); empty for a result from
+    before ``curve_wall_s`` was recorded."""
+    return list(zip(run.get("curve_wall_s", []), (value for _, value in run["curve"])))
+
+
+def atari_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
+    """The Markdown table of the ``atari:<Game>`` envs in ``results``: per env and algorithm, the
+    median over seeds (and each seed's value) of the return at each of :data:`ATARI_STEPS` (equal
+    steps) and at each of :data:`ATARI_MINUTES` (equal wall time; for the runs that ran that long),
+    the median steps per second over the run, and the median wall time."""
+    header = ["env", "algorithm", "seeds", *(f"at {s / 1e6:g}M steps" for s in ATARI_STEPS),
+              *(f"at {m} min" for m in ATARI_MINUTES), "steps/s", "wall time"]
+    table = []
+    for env in sorted(e for e in results if is_atari(e)):
+        for name, runs in labelled_runs(results[env]):
+            by_step = [_median_of(seed_values(runs, step), digits=1) for step in ATARI_STEPS]
+            by_wall = [_median_of([at_step(wall_curve(r), 60 * m) for r in runs if r["wall_s"] >= 60 * m], digits=1)
+                       for m in ATARI_MINUTES]
+            sps = statistics.median(r["steps"] / r["wall_s"] for r in runs)
+            wall = statistics.median(r["wall_s"] for r in runs) / 60
+            table.append([env, name, ",".join(str(r["seed"]) for r in runs), *by_step, *by_wall, f"{sps:,.0f}",
+                          f"{wall:.0f} min"])
+    return "\n".join(markdown_table(header, table))
+
+
 def labelled_runs(by_algo: dict[str, list[dict[str, Any]]]) -> list[tuple[str, list[dict[str, Any]]]]:
     """One env's runs as (row label, runs): ``deltabeast (<core>)`` per core, then each peer."""
     cores = sorted({r["core"] for r in by_algo.get("deltabeast", [])})
@@ -388,25 +423,27 @@ def across_envs_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> st
 
 
 def plot_curves(results: dict[str, dict[str, list[dict[str, Any]]]], path: str) -> None:
-    """One panel per env: each run's windowed return against env steps, a colour per row label."""
+    """One panel per env: each run's windowed return against env steps, a colour per row label; for
+    an ``atari:<Game>`` env a second panel against wall minutes (equal wall time)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    envs = sorted(results)
-    cols = min(4, len(envs))
-    rows = -(-len(envs) // cols)
+    panels = [(env, by) for env in sorted(results) for by in (("steps", "minutes") if is_atari(env) else ("steps",))]
+    cols = min(4, len(panels))
+    rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
-    for ax, env in zip(axes.flat, envs):
+    for ax, (env, by) in zip(axes.flat, panels):
         for i, (name, runs) in enumerate(labelled_runs(results[env])):
             for j, r in enumerate(runs):
-                steps, values = zip(*r["curve"]) if r["curve"] else ((), ())
-                ax.plot(steps, values, color=f"C{i}", lw=1, alpha=0.8, label=name if j == 0 else None)
+                points = r["curve"] if by == "steps" else [(wall / 60, v) for wall, v in wall_curve(r)]
+                xs, values = zip(*points) if points else ((), ())
+                ax.plot(xs, values, color=f"C{i}", lw=1, alpha=0.8, label=name if j == 0 else None)
         ax.set_title(env, fontsize=9)
-        ax.set_xlabel("environment steps")
+        ax.set_xlabel("environment steps" if by == "steps" else "wall minutes")
         ax.grid(alpha=0.3)
-    for ax in axes.flat[len(envs):]:
+    for ax in axes.flat[len(panels):]:
         ax.axis("off")
     axes.flat[0].set_ylabel(f"mean return (last {WINDOW} episodes)")
     axes.flat[0].legend(fontsize=8)
@@ -505,7 +542,11 @@ def bench_peers(args: argparse.Namespace) -> None:
             print(f"{label} {algo} seed {seed}: final mean return {last:.3f}, {result['wall_s'] / 60:.1f} min",
                   flush=True)
     results = load_results(args.out)
-    print(score_table(results))
+    others = {env: r for env, r in results.items() if not is_atari(env)}
+    if others:
+        print(score_table(others))
+    if len(others) < len(results):
+        print(atari_table(results))
     if any(in_memory_suite(env) for env in results):
         print(across_envs_table(results))
     if args.plot:

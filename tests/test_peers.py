@@ -261,7 +261,7 @@ def test_a_peer_run_killed_after_a_save_goes_on_from_it(tmp_path):
         saved = json.load(f)
     unbroken = peers.learn_curve(model(), 2 * rollout)
     assert saved["resumed_at"] == [] and saved["finished"]
-    assert peers.windowed_curve([tuple(e) for e in saved["finished"]]) == unbroken["curve"]
+    assert peers.windowed_curve([(step, ret) for step, ret, _ in saved["finished"]]) == unbroken["curve"]
 
     resumed = peers.learn_curve(model(), 4 * rollout, save_to=save_to, save_every_s=0)
     assert resumed["resumed_at"] == [2 * rollout]
@@ -269,6 +269,10 @@ def test_a_peer_run_killed_after_a_save_goes_on_from_it(tmp_path):
     steps = [step for step, _ in resumed["curve"]]
     assert steps == sorted(steps) and 2 * rollout < steps[-1] <= 4 * rollout  # counted on from the save
     assert resumed["wall_s"] >= saved["wall_s"]
+    walls = resumed["curve_wall_s"]  # each episode's end, in seconds of the run counted across the resume
+    assert len(walls) == len(resumed["curve"]) and walls == sorted(walls) and walls[-1] <= resumed["wall_s"]
+    assert walls[:len(saved["finished"])] == [wall for *_, wall in saved["finished"]]
+    assert all(wall >= saved["wall_s"] for wall in walls[len(saved["finished"]):])
     assert not list(tmp_path.iterdir())  # the save is gone
 
 

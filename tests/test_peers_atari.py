@@ -117,6 +117,8 @@ def test_a_tiny_ppo_run_on_atari_writes_raw_whole_game_scores(tmp_path):
     assert all(8 * 240 <= step <= 2048 for step, _ in saved["curve"])
     assert all(-21 <= value <= 21 and math.isfinite(value) for _, value in saved["curve"])
     assert saved["wall_s"] > 0
+    walls = saved["curve_wall_s"]  # when each game ended, for the table's equal-wall columns
+    assert len(walls) == 8 and walls == sorted(walls) and 0 < walls[0] and walls[-1] <= saved["wall_s"]
 
 
 @pytest.mark.slow
@@ -133,4 +135,31 @@ def test_a_tiny_deltabeast_run_on_atari_trains_atari_cpu_yaml(tmp_path):
     with open(peers.result_path(out, "atari:Pong", "deltabeast", 0, "ff")) as f:
         saved = json.load(f)
     assert saved["curve"] and saved["curve"][-1][0] == 1024
+    assert len(saved["curve_wall_s"]) == len(saved["curve"]) and saved["curve_wall_s"][-1] <= saved["wall_s"]
     assert all(-21 <= value <= 21 for _, value in saved["curve"])
+
+
+def test_the_atari_table_gives_returns_at_equal_steps_and_at_equal_wall_time(tmp_path):
+    """By hand: DeltaBeast's run reaches 2.5M steps in 50 minutes, the peer's 1M in 100 (stopped
+    there). At equal steps the peer has nothing past 1M; at equal wall time DeltaBeast has nothing
+    past its 50 minutes (45 min: its point at 40 min), the peer's 135-min cell is empty, and at 90
+    min the peer stands at its 80-min point. Steps/s: 2.5M / 3,000 s and 1M / 6,000 s."""
+    m = 60
+    ours = {"env": "atari:Pong", "algo": "deltabeast", "seed": 0, "core": "ff", "steps": 2_500_000,
+            "wall_s": 50 * m, "curve": [[500_000, -20.0], [1_000_000, -15.0], [2_000_000, 5.0], [2_500_000, 12.0]],
+            "curve_wall_s": [10 * m, 20 * m, 40 * m, 50 * m]}
+    peer = {"env": "atari:Pong", "algo": "ppo", "seed": 0, "steps": 1_000_000, "wall_s": 100 * m,
+            "curve": [[400_000, -21.0], [800_000, -18.0], [1_000_000, -16.5]],
+            "curve_wall_s": [40 * m, 80 * m, 100 * m]}
+    results = {"atari:Pong": {"deltabeast": [ours], "ppo": [peer]}}
+    lines = peers.atari_table(results).splitlines()
+    assert lines[0] == ("| env | algorithm | seeds | at 0.5M steps | at 1M steps | at 1.5M steps | at 2M steps | "
+                        "at 2.5M steps | at 15 min | at 30 min | at 45 min | at 90 min | at 135 min | steps/s | "
+                        "wall time |")
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    assert cells[0] == ["atari:Pong", "deltabeast (ff)", "0", "-20.0", "-15.0", "-15.0", "5.0", "12.0",
+                        "-20.0", "-15.0", "5.0", "—", "—", "833", "50 min"]
+    assert cells[1] == ["atari:Pong", "ppo", "0", "-21.0", "-16.5", "—", "—", "—",
+                        "—", "—", "-21.0", "-18.0", "—", "167", "100 min"]
+    peers.plot_curves(results, str(tmp_path / "pong.png"))  # a panel against steps and one against minutes
+    assert (tmp_path / "pong.png").stat().st_size > 0
