@@ -237,7 +237,8 @@ def _wait_for(condition, timeout: float = 120) -> None:
 
 
 @pytest.mark.parametrize("start_method, moment", [
-    *[(method, "starting") for method in START_METHODS], ("fork", "training"),
+    ("spawn", "starting"), ("fork", "training"),
+    *[pytest.param(method, "starting", marks=pytest.mark.slow) for method in START_METHODS if method != "spawn"],
     *[pytest.param(method, "training", marks=pytest.mark.slow) for method in START_METHODS[1:]],  # 12-15 s each
 ])
 def test_kill_9_of_the_group_leaves_nothing_in_dev_shm(start_method, moment, tmp_path):

@@ -393,7 +393,7 @@ def _run(args, timeout=240):
     return proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("core", ["lstm", "delta"])
+@pytest.mark.parametrize("core", [pytest.param("lstm", marks=pytest.mark.slow), "delta"])  # ~22 s each
 def test_end_to_end_train_resume_evaluate(core, tmp_path):
     """2 actors, batches of 2 unrolls of 10 on Pong (games cut at 160 frames): a milestone and a
     latest checkpoint are written, the same command resumes, and evaluate.py scores the milestone."""

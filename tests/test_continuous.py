@@ -209,8 +209,9 @@ def test_discounted_returns_restart_after_an_episodes_first_step():
     assert g.tolist() == [2.0, 1.0]
 
 
-@pytest.mark.parametrize("squash", [False, True])
-@pytest.mark.parametrize("mode", ["actor", "server"])
+@pytest.mark.parametrize("mode,squash", [("actor", False), ("server", True),
+                                         pytest.param("actor", True, marks=pytest.mark.slow),
+                                         pytest.param("server", False, marks=pytest.mark.slow)])
 def test_a_box_action_run_checkpoints_resumes_and_evaluates(mode, squash, tmp_path, capsys):
     run_dir = str(tmp_path / "run")
     flags = [*TINY, "--run_dir", run_dir, "--actor.inference", mode, "--network.squash_actions", str(squash).lower()]

@@ -140,7 +140,7 @@ def test_gated_delta_without_decay_is_the_delta_kernel():
     assert rel(y1, y2) < TOL and rel(W1, W2) < TOL
 
 
-@pytest.mark.parametrize("n,T,gated", [(2, 6, False), (3, 5, True), (2, 130, True)])
+@pytest.mark.parametrize("n,T,gated", [(2, 6, False), (3, 5, True), pytest.param(2, 130, True, marks=pytest.mark.slow)])
 def test_delta_product_through_the_gated_delta_kernels(n, T, gated, monkeypatch):
     """householder_sequence with kernels=triton runs DeltaProduct as Gated DeltaNet over the n_h·T writes
     (fused below 256 writes, chunked from 256): values and gradients against the reference loop."""
@@ -470,10 +470,11 @@ def _check_reports(reports, archs):
     assert not bad, f"register spills at d<=64: {[(r['name'], r['label'], r['arch']) for r in bad]}"
 
 
-def test_compiles_for_sm90_at_d32_d64(tmp_path):
-    """The H100/H200 build at the cores' usual head sizes: the default suite's (64 s on one core
-    here, against 199 s for both archs)."""
-    _check_reports(_compile_reports("32,64", "90", tmp_path), {90})
+def test_compiles_for_sm90_at_d32(tmp_path):
+    """The H100/H200 build at the cores' default head size (``head_dim`` 32): the default suite's
+    (35 s here with an empty Triton cache, against 69 s with d=64 too; that and the other sizes
+    and archs are the slow test's)."""
+    _check_reports(_compile_reports("32", "90", tmp_path), {90})
 
 
 @pytest.mark.slow

@@ -175,9 +175,12 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
-@pytest.mark.parametrize("inference", ["actor", "server"])
-@pytest.mark.parametrize("stop_signal,to_group", [(signal.SIGINT, False), (signal.SIGTERM, True)],
-                         ids=["sigint_to_learner", "sigterm_to_group"])
+@pytest.mark.parametrize("stop_signal,to_group,inference", [
+    pytest.param(signal.SIGINT, False, "actor", id="sigint_to_learner-actor"),
+    pytest.param(signal.SIGTERM, True, "server", id="sigterm_to_group-server"),
+    pytest.param(signal.SIGINT, False, "server", id="sigint_to_learner-server", marks=pytest.mark.slow),
+    pytest.param(signal.SIGTERM, True, "actor", id="sigterm_to_group-actor", marks=pytest.mark.slow),
+])
 def test_stop_signal_checkpoints_and_stops_every_process(stop_signal, to_group, inference, tmp_path):
     """Ctrl-C reaches the learner; a scheduler's SIGTERM (preemption) reaches every process."""
     run_dir = str(tmp_path / "stop")

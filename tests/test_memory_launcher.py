@@ -16,7 +16,8 @@ TINY = ["--core", "lstm", "--num_actors", "1", "--actor.envs_per_actor", "4", "-
         "--log.print_every_s", "100"]
 
 
-@pytest.mark.parametrize("suite,metric", [("popgym", "MMER"), ("bsuite", "mean return")])
+@pytest.mark.parametrize("suite,metric", [("popgym", "MMER"),
+                                          pytest.param("bsuite", "mean return", marks=pytest.mark.slow)])
 def test_suite_runs_every_env_and_writes_the_table(suite, metric, tmp_path):
     pytest.importorskip({"popgym": "popgym", "bsuite": "bsuite"}[suite])
     run_dir = str(tmp_path / "{suite}" / "{env}-{core}")

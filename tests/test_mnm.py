@@ -394,7 +394,8 @@ def recall_batch(gen: torch.Generator, batch: int, pairs: int, num_keys: int):
     return x, values[rows, query]
 
 
-@pytest.mark.parametrize("name", CORES)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "mnm_p" else n  # mnm_p: 14-20 s
+                                  for n in CORES])
 def test_learns_associative_recall(name):
     """Trainability end to end on the task loss: the loss must fall below 20% of chance,
     which needs recall of pairs older than the last one. With 3 pairs the controller

@@ -142,6 +142,7 @@ def test_a_tiny_deltabeast_run_writes_its_curve_and_the_table(tmp_path, capsys):
     assert "| maze | deltabeast (lstm) | 0 |" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # 17-25 s; the gym id test below runs RecurrentPPO in the default suite
 def test_a_tiny_recurrent_ppo_run_writes_its_curve(tmp_path):
     pytest.importorskip("sb3_contrib")
     rollout = peers.PPO_ENVS * peers.PPO_SETTINGS["n_steps"]
@@ -193,6 +194,7 @@ def read_csv_observe(out: str) -> str:
         return yaml.safe_load(f)["env"]["observe"]
 
 
+@pytest.mark.slow  # 20-39 s: three algorithms, SB3 PPO's 2,048-step rollout
 def test_a_box_action_pomdp_runs_all_three_on_the_same_observations(tmp_path, capsys, monkeypatch):
     """``--env gym:InvertedPendulum-v5 --observe positions``: DeltaBeast, SB3's PPO and RecurrentPPO
     at their single-env defaults, each on the -P observations (2 of the 4), under the label ...-P."""

@@ -376,7 +376,9 @@ def test_every_minibatch_standardises_with_the_batchs_statistics_from_before_its
 @pytest.mark.parametrize("popart", ["false", "true"])
 def test_one_minibatch_takes_the_same_step_under_either_statistics(popart):
     """With the whole batch as the one minibatch, its own statistics are the batch's: the same
-    step (bit for bit without PopArt; with it, within float32's rounding of dividing by σ first)."""
+    step, within float32's rounding. Not bit for bit: the batch's statistics come from a forward
+    pass without gradients, which CPUs may run on other kernels (CI's did), and with PopArt the
+    advantages are divided by σ first."""
     after = []
     for where in ("minibatch", "batch"):
         cfg, model = make("lstm", "--loss.popart", popart, "--loss.normalize_advantages", "true",
@@ -386,7 +388,4 @@ def test_one_minibatch_takes_the_same_step_under_either_statistics(popart):
         after.append(model.state_dict())
     assert not all(torch.equal(after[0][k], v) for k, v in before.items())
     for k in after[0]:
-        if popart == "false":
-            assert torch.equal(after[0][k], after[1][k]), k
-        else:
-            torch.testing.assert_close(after[0][k], after[1][k], rtol=1e-5, atol=1e-6, msg=k)
+        torch.testing.assert_close(after[0][k], after[1][k], rtol=1e-5, atol=1e-6, msg=k)

@@ -48,7 +48,7 @@ def test_server_inference_needs_the_local_backend(tmp_path):
                      "--actor.inference", "server"))
 
 
-@pytest.mark.parametrize("unrolls_per_call", [1, 2])
+@pytest.mark.parametrize("unrolls_per_call", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_hosts_stay_within_the_in_flight_bound_of_a_slow_learner(local_ray, unrolls_per_call, tmp_path):
     """Slowed on purpose, the learner takes one batch per 0.3 s; hosts that unroll far faster
     have made exactly what was taken, plus what a call brought beyond it, plus what is in flight:

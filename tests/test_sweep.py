@@ -79,6 +79,7 @@ def wait_for(condition, process: subprocess.Popen, log_path: str, timeout: float
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # 40-65 s: two Ray starts and three trials
 def test_killed_sweep_resumes_without_redoing_finished_trials_and_writes_the_tables(tmp_path):
     pytest.importorskip("ray")
     sweep_dir = str(tmp_path / "sweep")

@@ -252,7 +252,7 @@ def _run(argv, timeout=120):
     return subprocess.run([sys.executable, *argv], cwd=root, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("inference", ["actor", "server"])
+@pytest.mark.parametrize("inference", ["actor", pytest.param("server", marks=pytest.mark.slow)])
 def test_weights_made_nan_never_reach_the_actors_and_no_process_prints_a_traceback(inference, tmp_path):
     """RMSProp with eps 0 and lr 1: the first update makes the weights NaN; the run stops before
     publishing them, with one line, and neither the learner nor any actor or inference thread
