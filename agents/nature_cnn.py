@@ -22,8 +22,10 @@ cost (a 2-core CPU).
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -43,8 +45,10 @@ class NatureStem(nn.Module):
 
         output_size: int = 512
         """Units of the final fully connected layer (512 in the paper)."""
-        bf16: bool = False
-        """Run the convolutions and the linear layer in bfloat16 (CPU autocast; float32 out)."""
+        bf16: bool | Literal["auto"] = False
+        """Run the convolutions and the linear layer in bfloat16 (autocast; float32 out). ``auto``:
+        on CUDA, and on CPUs with bfloat16 instructions (AVX512-BF16 or AMX), where it is fast;
+        elsewhere float32 (an AVX2-only CPU emulates bfloat16: 11x slower than float32)."""
 
     def __init__(self, observation_shape: tuple[int, ...], config: Config):
         super().__init__()
@@ -68,8 +72,9 @@ class NatureStem(nn.Module):
                 nn.init.zeros_(layer.bias)
 
     def forward(self, obs: Tensor) -> Tensor:
-        x = image_input(obs, torch.bfloat16 if self.bf16 else torch.float32)
-        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+        bf16 = self.bf16 if isinstance(self.bf16, bool) else obs.device.type == "cuda" or cpu_has_bf16()
+        x = image_input(obs, torch.bfloat16 if bf16 else torch.float32)
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
             x = self.convs(x)
             x = torch.relu(self.fc(x.flatten(1)))
         return x.float()
@@ -97,4 +102,12 @@ class ShallowStem(NatureStem):
         """Units of the final fully connected layer (256 in the paper)."""
 
 
-__all__ = ["NatureStem", "ShallowStem"]
+@functools.cache
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has bfloat16 instructions (AVX512-BF16 or AMX tiles), as PyTorch's oneDNN
+    uses them: ``network.bf16`` auto's test."""
+    return any(getattr(torch.cpu, name, lambda: False)() for name in ("_is_avx512_bf16_supported",
+                                                                      "_is_amx_tile_supported"))
+
+
+__all__ = ["NatureStem", "ShallowStem", "cpu_has_bf16"]

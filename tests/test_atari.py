@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import envs
+from agents import nature_cnn
 from agents.network import AgentNet, ResNetNetworkConfig, make_stem
 from launch import atari
 
@@ -280,6 +281,27 @@ def test_nature_stem_in_bfloat16_is_the_float32_stem_to_bfloat16_precision():
     assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in half.parameters())
 
 
+@pytest.mark.parametrize("has_bf16", [False, True])
+def test_nature_stem_bf16_auto_runs_bfloat16_only_where_the_cpu_has_it(has_bf16, monkeypatch):
+    """network.bf16 auto: the bfloat16 stem's numbers on a CPU with bfloat16 instructions, the
+    float32 stem's elsewhere (the two differ: the test above)."""
+    monkeypatch.setattr(nature_cnn, "cpu_has_bf16", lambda: has_bf16)
+    torch.manual_seed(0)
+    stems = {bf16: make_stem("nature", (4, 84, 84), bf16=bf16) for bf16 in (False, True, "auto")}
+    for stem in stems.values():
+        stem.load_state_dict(stems[False].state_dict())
+    frames = torch.randint(0, 256, (4, 4, 84, 84), dtype=torch.uint8)
+    assert torch.equal(stems["auto"](frames), stems[has_bf16](frames))
+    assert load_config(["--network.stem", "nature", "--network.bf16", "auto"]).network.bf16 == "auto"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="reads Linux's CPU flags")
+def test_cpu_has_bf16_agrees_with_the_kernels_cpu_flags():
+    flags = {f for line in open("/proc/cpuinfo") if line.startswith("flags") for f in line.split(":")[1].split()}
+    nature_cnn.cpu_has_bf16.cache_clear()
+    assert nature_cnn.cpu_has_bf16() == bool(flags & {"avx512_bf16", "amx_bf16", "amx_tile"})
+
+
 @pytest.mark.parametrize("prev_action,num_actions", [(False, 6), (True, 18)])
 @pytest.mark.parametrize("core", list(PAPER_PARAMS))
 def test_parameter_counts_match_the_papers(core, prev_action, num_actions):
@@ -351,7 +373,7 @@ def test_cpu_recipe_loads_and_its_batches_add_up():
     assert (loss.clip, loss.advantages, loss.gae_lambda, loss.discount, loss.entropy_cost, loss.baseline_cost) == \
         (0.1, "gae", 0.95, 0.99, 0.01, 0.5)
     assert loss.normalize_advantages and (o.name, o.lr, o.eps, o.lr_decay) == ("adam", 2.5e-4, 1e-5, False)
-    assert cfg.network.bf16
+    assert cfg.network.bf16 == "auto"  # bfloat16 where the CPU has its instructions
     assert cfg.env.sticky_action_prob == 0.25 and cfg.env.noop_max == 30  # the papers' protocol, as evaluated
     assert loss.advantage_statistics == "batch"  # recipe v6
     assert cfg.run.total_steps == 2_500_000 and cfg.checkpoint.milestones == [1_000_000, 2_500_000]
