@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import statistics
@@ -151,6 +152,33 @@ def test_killed_sweep_resumes_without_redoing_finished_trials_and_writes_the_tab
     assert "| Score (mean return) | lstm |" in markdown
     assert f"| maze | {mean:,.{digits}f} ± {std:,.{digits}f} |" in markdown
     assert os.path.getsize(os.path.join(sweep_dir, "curves-maze.png")) > 0
+
+
+def test_finished_trials_carried_to_a_new_machine_are_not_trained_again(tmp_path):
+    """docs/sweep.md's carry-over: a sweep directory holding only each finished trial's
+    summary.json and logs.csv (no Tune experiment, no checkpoint) finishes without training, and
+    its tables are made from the carried files."""
+    pytest.importorskip("ray")
+    sweep_dir = str(tmp_path / "sweep")
+    carried = {0: 0.25, 1: 0.75}  # a seed's made-up final mean return: no training would reach these exactly
+    for seed, mean_return in carried.items():
+        run_dir = os.path.join(sweep_dir, "runs", f"maze-lstm-s{seed}")
+        os.makedirs(run_dir)
+        rows = [(6_000, 3.0, 2_000.0, mean_return / 2), (TOTAL_STEPS, 6.0, 2_000.0, mean_return)]
+        lines = ["step,time,sps,mean_return", *(",".join(map(str, row)) for row in rows)]
+        Path(run_dir, CSV_NAME).write_text("\n".join(lines) + "\n")
+        summary = {"env": "maze", "core": "lstm", "variant": "", "seed": seed, "total_steps": TOTAL_STEPS,
+                   "steps": TOTAL_STEPS, "episodes": 10, "mean_return": mean_return, "metric": "mean return",
+                   "score": mean_return, "sps": 2_000.0}
+        Path(run_dir, sweep.SUMMARY_NAME).write_text(json.dumps(summary))
+    process = subprocess.run(sweep_command(sweep_dir), cwd=ROOT, capture_output=True, text=True, timeout=150)
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    assert "resuming" not in process.stdout  # a new Tune experiment, over the carried run directories
+    for seed in carried:
+        assert not checkpoints(os.path.join(sweep_dir, "runs", f"maze-lstm-s{seed}"))  # nothing trained
+    with open(os.path.join(sweep_dir, "results.csv")) as f:
+        results = list(csv.DictReader(f))
+    assert [(r["seed"], float(r["mean_return"])) for r in results] == [("0", 0.25), ("1", 0.75)]
 
 
 def atari_result(game: str, core: str, seed: int, mean_return: float) -> dict:
