@@ -27,21 +27,29 @@ def seed_values(runs: list[dict[str, Any]], step: int) -> list[float]:
     return [at_step([tuple(p) for p in r["curve"]], step) for r in runs if r["steps"] >= step]
 
 
-def median_normalised_returns(runs_by_env: dict[str, dict[str, list[dict[str, Any]]]],
-                              steps: Sequence[int]) -> dict[str, list[float]]:
-    """Issue 42's score of each label (an algorithm, a core) over the memory-suite envs of
-    ``runs_by_env`` (env -> label -> the label's runs on it): at each of ``steps``, the median across
-    the envs of its normalised return, which is the median over its seeds of the return at the step
-    (:func:`seed_values`) mapped from the env's return range (:mod:`envs.suites`) onto [0, 1]; NaN
-    where no env has a value yet. Only the labels that every env has are scored."""
+def normalised_returns(runs_by_env: dict[str, dict[str, list[dict[str, Any]]]],
+                       steps: Sequence[int]) -> dict[str, dict[str, list[float]]]:
+    """Each label's normalised return on each env of ``runs_by_env`` (env -> label -> the label's
+    runs on it), as label -> env -> one value per step of ``steps``: the median over its seeds of the
+    return at the step (:func:`seed_values`) mapped from the env's return range (:mod:`envs.suites`)
+    onto [0, 1]; NaN where no seed has reached the step."""
     by_label: dict[str, dict[str, list[float]]] = {}
     for env, runs_by_label in runs_by_env.items():
         low, high = suite_env(env)[1].return_range
         for label, runs in runs_by_label.items():
             medians = [statistics.median(v) if (v := seed_values(runs, step)) else math.nan for step in steps]
             by_label.setdefault(label, {})[env] = [(m - low) / (high - low) for m in medians]
+    return by_label
+
+
+def median_normalised_returns(runs_by_env: dict[str, dict[str, list[dict[str, Any]]]],
+                              steps: Sequence[int]) -> dict[str, list[float]]:
+    """Issue 42's score of each label (an algorithm, a core) over the memory-suite envs of
+    ``runs_by_env`` (env -> label -> the label's runs on it): at each of ``steps``, the median across
+    the envs of its :func:`normalised_returns`; NaN where no env has a value yet. Only the labels
+    that every env has are scored."""
     scores = {}
-    for label, by_env in by_label.items():
+    for label, by_env in normalised_returns(runs_by_env, steps).items():
         if len(by_env) == len(runs_by_env):
             values = [[row[i] for row in by_env.values() if math.isfinite(row[i])] for i in range(len(steps))]
             scores[label] = [statistics.median(v) if v else math.nan for v in values]

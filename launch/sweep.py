@@ -64,7 +64,7 @@ from agents.run_config import TrainConfig, directory_name
 from envs import suites
 from envs.suites import SuiteEnv
 from fastnet import CORES
-from launch.scores import CHECKPOINTS, median_normalised_returns
+from launch.scores import CHECKPOINTS, median_normalised_returns, normalised_returns
 
 DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "sweep.yaml")
 CoreName = Literal[tuple(CORES)]
@@ -570,7 +570,8 @@ def study_rows(results: list[dict[str, Any]]) -> tuple[list[int], list[dict[str,
     (and variant), best first at the last checkpoint, the median across the envs of its normalised
     return at each checkpoint (:func:`launch.scores.median_normalised_returns`: per env the median
     over the seeds, with two seeds their mean, of the mean return each trial logged at or just
-    before the step) and the median SPS of its trials. The checkpoints are those of
+    before the step), the median SPS of its trials and, as ``by_env``, its normalised return on each
+    env at the last checkpoint. The checkpoints are those of
     :data:`launch.scores.CHECKPOINTS` short of the trials' budget, then the budget. A core is ranked
     once it has a finished trial on every env that has one. No memory-suite trials: ([], [])."""
     suite_results = [r for r in results if is_suite_env(r["env"])]
@@ -586,11 +587,13 @@ def study_rows(results: list[dict[str, Any]]) -> tuple[list[int], list[dict[str,
         curve = [(row["step"], row["mean_return"]) for row in log if math.isfinite(row.get("mean_return", math.nan))]
         runs_by_env.setdefault(r["env"], {}).setdefault(label, []).append({"curve": curve, "steps": r["steps"]})
         sps_by_label.setdefault(label, []).append(r["sps"])
+    by_env = normalised_returns(runs_by_env, checkpoints)
     rows = []
     for label, scores in median_normalised_returns(runs_by_env, checkpoints).items():
         sps = [v for v in sps_by_label[label] if math.isfinite(v)]
         rows.append({"core": label, "envs": len(runs_by_env), **dict(zip(map(step_label, checkpoints), scores)),
-                     "sps": statistics.median(sps) if sps else math.nan})
+                     "sps": statistics.median(sps) if sps else math.nan,
+                     "by_env": {env: values[-1] for env, values in sorted(by_env[label].items())}})
     last = step_label(checkpoints[-1])
     rows.sort(key=lambda row: -row[last] if math.isfinite(row[last]) else math.inf)
     return checkpoints, [{"rank": rank, **row} for rank, row in enumerate(rows, 1)]
@@ -624,9 +627,23 @@ def write_study(results: list[dict[str, Any]], sweep_dir: str, name: str) -> Non
              f"Envs: {', '.join(envs)}.", ""]
     if unranked:
         lines += [f"Not on every env yet, so not ranked: {', '.join(unranked)}.", ""]
+    lines += [f"## Each env at {columns[-1]}", "",
+              f"Each core's normalised return on each env at {columns[-1]} steps (the values the medians above "
+              "are taken of); in bold the best on the env.", "",
+              *tables.markdown_table(["env", *(row["core"] for row in rows)],
+                                     ([env, *per_env_cells([row["by_env"][env] for row in rows])] for env in envs),
+                                     numbers=True), ""]
     tables.write_results(sweep_dir, STUDY_NAME, rows=rows, fields=["rank", "core", "envs", *columns, "sps"],
                          markdown="\n".join(lines))
     plot_study(columns, rows, os.path.join(sweep_dir, f"{STUDY_NAME}.png"), title=f"{name}: {len(envs)} envs")
+
+
+def per_env_cells(values: list[float]) -> list[str]:
+    """The cells of one env's row in the study's per-env table: each value to two decimals (``—``
+    where it is NaN), the best of them (ties included, as printed) in bold."""
+    cells = [f"{v:.2f}" if math.isfinite(v) else "—" for v in values]
+    best = max((c for c in cells if c != "—"), key=float, default=None)
+    return [f"**{c}**" if c == best else c for c in cells]
 
 
 def plot_study(columns: list[str], rows: list[dict[str, Any]], path: str, *, title: str) -> None:

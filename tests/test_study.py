@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 import subprocess
 import sys
@@ -155,7 +156,13 @@ def test_the_study_ranks_the_cores_by_their_median_normalised_return(tmp_path):
     results = fake_trials(str(tmp_path / "runs"))
     checkpoints, rows = sweep.study_rows(results)
     assert checkpoints == [100 * K, 250 * K, 500 * K]
+    by_env = [row.pop("by_env") for row in rows]
     assert rows == [pytest.approx(row) for row in EXPECTED]
+    # each env's value at 500K, by hand above: the last of each env's triple
+    assert by_env == [pytest.approx({"bsuite/memory_len_30": 1.0, "popgym_medium/CountRecallMedium": 0.7,
+                                     "popgym_more/NoisyPositionOnlyCartPoleEasy": 0.9}),
+                      pytest.approx({"bsuite/memory_len_30": 0.9, "popgym_medium/CountRecallMedium": 0.3,
+                                     "popgym_more/NoisyPositionOnlyCartPoleEasy": 0.6})]
 
     sweep.write_study(results, str(tmp_path), "core_study")
     markdown = (tmp_path / "study.md").read_text()
@@ -163,11 +170,21 @@ def test_the_study_ranks_the_cores_by_their_median_normalised_return(tmp_path):
     assert "| 1 | delta | 3 | 0.50 | 0.80 | 0.90 | 550 |" in markdown
     assert "| 2 | lstm | 3 | 0.20 | 0.40 | 0.60 | 1,250 |" in markdown
     assert "Not on every env yet, so not ranked: gru." in markdown
+    assert "\n".join(["| env | delta | lstm |", "| --- | ---: | ---: |",
+                      "| bsuite/memory_len_30 | **1.00** | 0.90 |",
+                      "| popgym_medium/CountRecallMedium | **0.70** | 0.30 |",
+                      "| popgym_more/NoisyPositionOnlyCartPoleEasy | **0.90** | 0.60 |"]) in markdown
     with open(tmp_path / "study.csv") as f:
         table = list(csv.DictReader(f))
     assert [(r["core"], float(r["500K"]), float(r["sps"])) for r in table] == pytest.approx(
         [("delta", 0.9, 550.0), ("lstm", 0.6, 1250.0)])
     assert (tmp_path / "study.png").stat().st_size > 0
+
+
+def test_the_per_env_table_bolds_the_best_cell_and_every_tie_as_printed():
+    assert sweep.per_env_cells([0.5, 0.504, math.nan, -0.2]) == ["**0.50**", "**0.50**", "—", "-0.20"]
+    assert sweep.per_env_cells([-0.3, -0.1]) == ["-0.30", "**-0.10**"]
+    assert sweep.per_env_cells([math.nan]) == ["—"]
 
 
 def test_the_checkpoints_are_those_short_of_the_budget_then_the_budget(tmp_path):
