@@ -45,12 +45,15 @@ def normalised_returns(runs_by_env: dict[str, dict[str, list[dict[str, Any]]]],
 def median_normalised_returns(runs_by_env: dict[str, dict[str, list[dict[str, Any]]]],
                               steps: Sequence[int]) -> dict[str, list[float]]:
     """Issue 42's score of each label (an algorithm, a core) over the memory-suite envs of
-    ``runs_by_env`` (env -> label -> the label's runs on it): at each of ``steps``, the median across
-    the envs of its :func:`normalised_returns`; NaN where no env has a value yet. Only the labels
-    that every env has are scored."""
-    scores = {}
-    for label, by_env in normalised_returns(runs_by_env, steps).items():
-        if len(by_env) == len(runs_by_env):
-            values = [[row[i] for row in by_env.values() if math.isfinite(row[i])] for i in range(len(steps))]
-            scores[label] = [statistics.median(v) if v else math.nan for v in values]
-    return scores
+    ``runs_by_env`` (env -> label -> the label's runs on it): :func:`medians_across_envs` of its
+    :func:`normalised_returns`."""
+    return medians_across_envs(normalised_returns(runs_by_env, steps), num_envs=len(runs_by_env))
+
+
+def medians_across_envs(by_label: dict[str, dict[str, list[float]]], *, num_envs: int) -> dict[str, list[float]]:
+    """At each step, the median across the envs of each label's normalised return (``by_label`` as
+    :func:`normalised_returns` gives it); NaN where no env has a value yet. Only the labels on all
+    ``num_envs`` envs are scored."""
+    return {label: [statistics.median(finite) if (finite := [v for v in column if math.isfinite(v)])
+                    else math.nan for column in zip(*by_env.values())]
+            for label, by_env in by_label.items() if len(by_env) == num_envs}

@@ -64,7 +64,7 @@ from agents.run_config import TrainConfig, directory_name
 from envs import suites
 from envs.suites import SuiteEnv
 from fastnet import CORES
-from launch.scores import CHECKPOINTS, median_normalised_returns, normalised_returns
+from launch.scores import CHECKPOINTS, medians_across_envs, normalised_returns
 
 DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "sweep.yaml")
 CoreName = Literal[tuple(CORES)]
@@ -568,7 +568,7 @@ def plot_curves(results: list[dict[str, Any]], sweep_dir: str) -> None:
 def study_rows(results: list[dict[str, Any]]) -> tuple[list[int], list[dict[str, Any]]]:
     """(checkpoints, rows) of the core study over the finished trials on memory-suite envs: per core
     (and variant), best first at the last checkpoint, the median across the envs of its normalised
-    return at each checkpoint (:func:`launch.scores.median_normalised_returns`: per env the median
+    return at each checkpoint (:func:`launch.scores.medians_across_envs`: per env the median
     over the seeds, with two seeds their mean, of the mean return each trial logged at or just
     before the step), the median SPS of its trials and, as ``by_env``, its normalised return on each
     env at the last checkpoint. The checkpoints are those of
@@ -589,7 +589,7 @@ def study_rows(results: list[dict[str, Any]]) -> tuple[list[int], list[dict[str,
         sps_by_label.setdefault(label, []).append(r["sps"])
     by_env = normalised_returns(runs_by_env, checkpoints)
     rows = []
-    for label, scores in median_normalised_returns(runs_by_env, checkpoints).items():
+    for label, scores in medians_across_envs(by_env, num_envs=len(runs_by_env)).items():
         sps = [v for v in sps_by_label[label] if math.isfinite(v)]
         rows.append({"core": label, "envs": len(runs_by_env), **dict(zip(map(step_label, checkpoints), scores)),
                      "sps": statistics.median(sps) if sps else math.nan,
